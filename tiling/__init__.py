@@ -1,0 +1,24 @@
+"""Ascend-style tiling plans: core splits, UB blocks, reduction trees and workspaces.
+
+Pure Python (NumPy only for ``kernel_args``); it never imports numba or normkern.
+"""
+
+from .batch_norm_stats import (
+    BatchNormStatsArgs,
+    BatchNormStatsPlan,
+    BatchNormStatsStrategy,
+    plan_batch_norm_stats,
+)
+from .plan import SCHEMA_VERSION, Plan, Rejection, Strategy, StrategyRegistry, TilingError
+from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
+from .soc import DEFAULT_SOC, SocSpec, get_soc, host_soc, soc_names
+from .split import Split, SplitKind
+from .workspace import Region, WorkspaceLayout
+
+__all__ = [
+    "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",
+    "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",
+    "LANES", "Combine", "LaneOrder", "ReduceLevel", "ReductionTree",
+    "DEFAULT_SOC", "SocSpec", "get_soc", "host_soc", "soc_names",
+    "Split", "SplitKind", "Region", "WorkspaceLayout",
+]
