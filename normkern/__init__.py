@@ -1,0 +1,28 @@
+"""normkern: Numba CPU kernels for the Ascend CANN (aclnn) normalization operators.
+
+Each op runs a ``tiling`` plan exactly: the plan's core split, UB blocks and reduction tree decide
+every floating-point addition, so a deterministic plan gives the same bits on every run and thread
+count, and an atomic plan can be replayed from its arrival order.
+"""
+
+from . import aclnn
+from ._config import get_default_soc, get_deterministic, set_default_soc, set_deterministic
+from .errors import (
+    DeterminismError,
+    InvalidParameterError,
+    NormkernError,
+    NullPointerError,
+    TilingError,
+    UnsupportedError,
+    WorkspaceError,
+)
+from .ops.batch_norm_stats import batch_norm_stats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "aclnn", "batch_norm_stats",
+    "get_default_soc", "get_deterministic", "set_default_soc", "set_deterministic",
+    "DeterminismError", "InvalidParameterError", "NormkernError", "NullPointerError", "TilingError",
+    "UnsupportedError", "WorkspaceError",
+]

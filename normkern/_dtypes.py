@@ -1,0 +1,70 @@
+"""Element types inside compiled code.
+
+Numba has no float16 or bfloat16 arithmetic, so half inputs travel as their 16-bit patterns and
+the array type alone selects the widening at compile time: float16 as ``uint16`` (widened by LLVM
+``fpext half -> float``, a vcvtph2ps), bfloat16 as ``int16`` (shifted into the high half of a
+float32). Both are exact. One kernel specialization per input dtype, nothing more.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, overload
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT16 = np.dtype(np.float16)
+FLOAT32 = np.dtype(np.float32)
+
+#: The dtype each input dtype is viewed as when it enters compiled code.
+_KERNEL_VIEW = {FLOAT32: FLOAT32, FLOAT16: np.dtype(np.uint16), BFLOAT16: np.dtype(np.int16)}
+
+
+def dtype_name(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+def kernel_view(x: np.ndarray) -> np.ndarray:
+    """``x`` reinterpreted as the array type its kernels are compiled for."""
+    return x.view(_KERNEL_VIEW[x.dtype])
+
+
+@intrinsic
+def _f16_bits_to_f32(typingctx, bits):
+    if bits != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def _bf16_bits_to_f32(typingctx, bits):
+    if bits != types.int16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
+        return builder.bitcast(wide, ir.FloatType())
+
+    return types.float32(types.int16), codegen
+
+
+def to_f32(value):
+    """Widen one element to float32 (compiled code only)."""
+    raise NotImplementedError("to_f32 is only available inside @njit code")
+
+
+@overload(to_f32, inline="always")
+def _to_f32_overload(value):
+    if value == types.float32:
+        return lambda value: value
+    if value == types.uint16:
+        return lambda value: _f16_bits_to_f32(value)
+    if value == types.int16:
+        return lambda value: _bf16_bits_to_f32(value)
+    return None

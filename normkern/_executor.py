@@ -1,0 +1,65 @@
+"""The executor a first phase returns, and the second phase that runs it in a workspace."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+import tiling
+
+from .errors import NullPointerError, WorkspaceError
+
+
+class Executor:
+    """What ``aclnnXxxGetWorkspaceSize`` returns: the plan it will run and the bound arguments."""
+
+    def __init__(self, op: str, plan: tiling.Plan, run: Callable[[np.ndarray], Any]) -> None:
+        self.op = op
+        self.plan = plan
+        self._run = run
+
+    @property
+    def workspace_size(self) -> int:
+        return self.plan.workspace.total_bytes
+
+    def __repr__(self) -> str:
+        return f"<Executor {self.plan}>"
+
+    def run_private(self):
+        """Run with a workspace of our own (the Pythonic layer): only the user part is allocated."""
+        return self._run(np.empty(self.plan.workspace.user_bytes // 4, np.float32))
+
+
+def launch(op: str, workspace, workspace_size, executor: Executor | None) -> None:
+    """The second phase: check the caller's workspace, then run in its user region."""
+    if executor is None:
+        raise NullPointerError(op, "executor", "must not be None (null pointer)", None)
+    layout = executor.plan.workspace
+    if not isinstance(workspace_size, (int, np.integer)) or workspace_size < layout.total_bytes:
+        raise WorkspaceError(op, "workspaceSize", f"must be at least the {layout.total_bytes} bytes the "
+                             "first phase returned", workspace_size)
+    if workspace is None:
+        if layout.total_bytes:
+            raise NullPointerError(op, "workspace", f"must not be None when {layout.total_bytes} bytes are "
+                                   "required", None)
+        executor._run(np.empty(0, np.float32))
+        return
+    if not (isinstance(workspace, np.ndarray) and workspace.dtype == np.uint8 and workspace.ndim == 1
+            and workspace.flags.c_contiguous and workspace.flags.writeable):
+        raise WorkspaceError(op, "workspace", "must be a writeable contiguous 1-D uint8 numpy array",
+                             _describe(workspace))
+    if workspace.nbytes < workspace_size:
+        raise WorkspaceError(op, "workspace", f"must hold workspaceSize={workspace_size} bytes",
+                             f"{workspace.nbytes} bytes")
+    start = layout.system_bytes
+    if (workspace.ctypes.data + start) % 4:
+        raise WorkspaceError(op, "workspace", "must start at a 4-byte aligned address",
+                             hex(workspace.ctypes.data))
+    executor._run(workspace[start:start + layout.user_bytes].view(np.float32))
+
+
+def _describe(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} array of shape {value.shape}"
+    return type(value).__name__

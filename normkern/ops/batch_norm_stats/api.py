@@ -1,0 +1,156 @@
+"""``batch_norm_stats``: validation at the boundary, the cached plan, the kernel call."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+import tiling
+from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
+from tiling.batch_norm_stats import supported_dtypes
+
+from ... import _config
+from ..._dtypes import kernel_view
+from ..._executor import Executor
+from ...errors import DeterminismError, InvalidParameterError, NullPointerError, TilingError, UnsupportedError
+from . import kernel
+
+OP = "batch_norm_stats"
+
+
+def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarray:
+    """The (2, cores) order in which each pass adds the core partials.
+
+    Core order for deterministic plans; for an atomic plan a random permutation per pass, drawn
+    from ``seed`` (fresh entropy when None), which is how a replay reproduces a run.
+    """
+    cores = plan.block_dim
+    if plan.strategy is not BatchNormStatsStrategy.ATOMIC:
+        return np.tile(np.arange(cores, dtype=np.int64), (2, 1))
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)
+
+
+def _check_array(name: str, value) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise InvalidParameterError(OP, name, "must be a numpy.ndarray", type(value).__name__)
+    return value
+
+
+def _check_output(name: str, value: np.ndarray, channels: int) -> None:
+    if value.dtype != np.float32:
+        raise InvalidParameterError(OP, name, "dtype must be float32", value.dtype.name)
+    if value.shape != (channels,):
+        raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
+    if not value.flags.writeable:
+        raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
+
+
+def _parse_strategy(strategy) -> BatchNormStatsStrategy | None:
+    if strategy is None or isinstance(strategy, BatchNormStatsStrategy):
+        return strategy
+    try:
+        return BatchNormStatsStrategy(strategy)
+    except ValueError:
+        names = ", ".join(s.value for s in BatchNormStatsStrategy)
+        raise InvalidParameterError(OP, "strategy", f"must be one of {names}", repr(strategy)) from None
+
+
+def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=None,
+            arrival_seed=None, outputs_required=True) -> Executor:
+    """Check everything in the CANN op_api order, plan, and bind a kernel call.
+
+    Order: null pointers (161001), dtypes (161002), shapes (161002), attributes (161002); a SoC
+    without this op gives 561003. Nothing is written before every check has passed.
+    """
+    if input is None:
+        raise NullPointerError(OP, "input", "must not be None (null pointer)", None)
+    if outputs_required:
+        for name, value in (("mean", mean), ("invstd", invstd)):
+            if value is None:
+                raise NullPointerError(OP, name, "must not be None (null pointer)", None)
+    spec = _config.resolve_soc(soc, OP)
+    x = _check_array("input", input)
+    allowed = supported_dtypes(spec)
+    if not allowed:
+        raise UnsupportedError(OP, "soc", f"must support aclnnBatchNormStats (CANN has no kernel for "
+                               f"{spec.product})", spec.name)
+    if x.dtype.name not in allowed:
+        raise InvalidParameterError(OP, "input", f"dtype must be one of {', '.join(allowed)} on {spec.name}",
+                                    x.dtype.name)
+    for name, value in (("mean", mean), ("invstd", invstd)):
+        if value is not None and _check_array(name, value).dtype != np.float32:
+            raise InvalidParameterError(OP, name, "dtype must be float32", value.dtype.name)
+    if not 2 <= x.ndim <= 8:
+        raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {x.ndim} (shape {x.shape})")
+    channels = x.shape[1]
+    if channels == 0:
+        raise InvalidParameterError(OP, "input", "dim 1 (C) must be positive", f"shape {x.shape}")
+    for name, value in (("mean", mean), ("invstd", invstd)):
+        if value is not None:
+            _check_output(name, value, channels)
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
+        raise InvalidParameterError(OP, "eps", "must be a real number", repr(eps))
+    forced = _parse_strategy(strategy)
+    want_deterministic = _config.resolve_deterministic(deterministic, OP)
+    if arrival_seed is not None and (not isinstance(arrival_seed, numbers.Integral) or isinstance(arrival_seed, bool)
+                                     or arrival_seed < 0):
+        raise InvalidParameterError(OP, "arrival_seed", "must be a non-negative int or None", repr(arrival_seed))
+    try:
+        plan = tiling.plan_batch_norm_stats(x.shape, x.dtype.name, spec, forced)
+    except tiling.TilingError as exc:
+        raise TilingError(OP, str(exc)) from exc
+    if want_deterministic and not plan.deterministic:
+        level = plan.tree.level("cores")
+        raise DeterminismError(OP, "strategy", f"cannot be used while determinism is on: it adds "
+                               f"{level.fan_in} core partials in arrival order", repr(plan.strategy.value))
+    eps32 = np.float32(eps)
+
+    def run(workspace: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean_out = mean if _direct(mean) else np.empty(channels, np.float32)
+        invstd_out = invstd if _direct(invstd) else np.empty(channels, np.float32)
+        if plan.strategy is BatchNormStatsStrategy.EMPTY:
+            mean_out.fill(0.0)
+            invstd_out.fill(np.nan)
+        else:
+            x3 = kernel_view(np.ascontiguousarray(x)).reshape(plan.n, plan.c, plan.hxw)
+            args = plan.kernel_args()
+            if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
+                kernel.split_c(x3, args, eps32, mean_out, invstd_out)
+            else:
+                order = arrival_order(plan, arrival_seed)
+                kernel.split_r(x3, workspace, args, order, eps32, mean_out, invstd_out)
+        for target, result in ((mean, mean_out), (invstd, invstd_out)):
+            if target is not None and target is not result:
+                target[...] = result
+        return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
+
+    return Executor(OP, plan, run)
+
+
+def _direct(out) -> bool:
+    return out is not None and out.flags.c_contiguous
+
+
+def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, deterministic=None,
+                     arrival_seed=None, out=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and inverse standard deviation of ``input`` (channel on axis 1).
+
+    ``mean = mean(x)`` and ``invstd = 1/sqrt(biased_var + eps)`` over every axis but 1, two-pass,
+    in float32 (the input's float16/bfloat16 values are widened exactly). Returns float32 ``(C,)``
+    arrays ``(mean, invstd)``; ``out=(mean, invstd)`` writes into preallocated ones. An input with
+    no elements per channel gives mean 0 and invstd NaN.
+
+    ``soc`` picks the plan (default ``Ascend910B2`` or :func:`normkern.set_default_soc`);
+    ``strategy`` forces one (``"split_c"``, ``"split_r"``, ``"atomic"``); ``deterministic``
+    overrides the global switch; ``arrival_seed`` reproduces an atomic plan's arrival order.
+    """
+    mean = invstd = None
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise InvalidParameterError(OP, "out", "must be a (mean, invstd) pair of arrays", repr(type(out)))
+        mean, invstd = out
+    executor = prepare(input, eps, mean, invstd, soc=soc, strategy=strategy, deterministic=deterministic,
+                       arrival_seed=arrival_seed, outputs_required=out is not None)
+    return executor.run_private()

@@ -1,0 +1,90 @@
+"""BatchNormStats kernels: one function per strategy, each executing its plan exactly.
+
+Per channel ``c`` over the ``R = N*HxW`` elements (float32 throughout)::
+
+    mean[c]   = S1 / R,  S1 = sum x
+    invstd[c] = 1 / sqrt(S2 / R + eps),  S2 = sum (x - mean[c])^2
+
+Each sum follows the plan's tree: 64 lanes per UB block (``_lanes``), block sums in block order,
+and for ``split_r``/``atomic`` per-core partials in the workspace, added in the given order
+(core order, or the arrival order of an atomic plan). ``prange`` runs over the plan's cores;
+each core writes only its own channels or its own workspace row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..._lanes import LANES, accumulate, accumulate_sqdev, fold
+
+
+@njit(cache=True)
+def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
+    """Sum of channel ``c`` over rows [first_row, first_row + n_rows), blocked as the plan says."""
+    total = np.float32(0.0)
+    row = first_row
+    end = first_row + n_rows
+    segs = args.segs_per_plane
+    while row < end:
+        stop = min(row + args.rows_per_block, end)
+        lanes[:] = 0.0
+        for r in range(row, stop):
+            n = r // segs
+            seg = r - n * segs
+            start = seg * args.seg_elems
+            length = args.seg_elems if seg < segs - 1 else args.tail_seg_elems
+            data = x[n, c, start:start + length]
+            if squared:
+                accumulate_sqdev(lanes, data, mean)
+            else:
+                accumulate(lanes, data)
+        total += fold(lanes)
+        row = stop
+    return total
+
+
+@njit(cache=True)
+def _invstd(sqdev_sum, count, eps):
+    return np.float32(1.0) / np.sqrt(sqdev_sum / count + eps)
+
+
+@njit(parallel=True, cache=True)
+def split_c(x, args, eps, mean_out, invstd_out):
+    """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k])."""
+    count = np.float32(args.count)
+    for core in prange(args.core_start.shape[0]):
+        lanes = np.empty(LANES, np.float32)
+        for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            mean = _rows_sum(x, c, 0, args.rows_per_channel, args, lanes, np.float32(0.0), False) / count
+            sqdev = _rows_sum(x, c, 0, args.rows_per_channel, args, lanes, mean, True)
+            mean_out[c] = mean
+            invstd_out[c] = _invstd(sqdev, count, eps)
+
+
+@njit(parallel=True, cache=True)
+def split_r(x, ws, args, order, eps, mean_out, invstd_out):
+    """Rows over cores; ``order[p]`` is the order in which pass ``p`` adds the core partials."""
+    cores = args.core_start.shape[0]
+    channels = args.c
+    count = np.float32(args.count)
+    for core in prange(cores):
+        lanes = np.empty(LANES, np.float32)
+        for c in range(channels):
+            ws[args.sum_offset + core * channels + c] = _rows_sum(
+                x, c, args.core_start[core], args.core_count[core], args, lanes, np.float32(0.0), False)
+    for c in range(channels):
+        total = np.float32(0.0)
+        for k in range(cores):
+            total += ws[args.sum_offset + order[0, k] * channels + c]
+        mean_out[c] = total / count
+    for core in prange(cores):
+        lanes = np.empty(LANES, np.float32)
+        for c in range(channels):
+            ws[args.sqdev_offset + core * channels + c] = _rows_sum(
+                x, c, args.core_start[core], args.core_count[core], args, lanes, mean_out[c], True)
+    for c in range(channels):
+        total = np.float32(0.0)
+        for k in range(cores):
+            total += ws[args.sqdev_offset + order[1, k] * channels + c]
+        invstd_out[c] = _invstd(total, count, eps)
