@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import types
 import typing
-from functools import lru_cache
+from functools import cache
 
 
 def to_data(value):
@@ -22,7 +22,7 @@ def to_data(value):
     return value
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
@@ -41,7 +41,7 @@ def from_data(hint, data):
         args = typing.get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(from_data(args[0], v) for v in data)
-        return tuple(from_data(a, v) for a, v in zip(args, data))
+        return tuple(from_data(a, v) for a, v in zip(args, data, strict=False))
     if origin is dict:
         key_type, value_type = typing.get_args(hint)
         return {key_type(k): from_data(value_type, v) for k, v in data.items()}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from .codec import from_data, to_data
 from .reduction import ReductionTree

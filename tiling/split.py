@@ -119,7 +119,7 @@ class Split:
 
     def ranges(self) -> tuple[tuple[int, int], ...]:
         """``(start, count)`` of every part, in part order."""
-        return tuple(zip(self.starts(), self.counts()))
+        return tuple(zip(self.starts(), self.counts(), strict=False))
 
     def describe(self) -> str:
         """Compact form for one-line plan summaries, e.g. ``40x3+8x2``."""

@@ -1,0 +1,39 @@
+import json
+import re
+import subprocess
+import sys
+
+import tiling
+from normkern.cli import main
+
+
+def test_socs_lists_every_preset(capsys):
+    assert main(["socs"]) == 0
+    out = capsys.readouterr().out
+    for name in tiling.soc_names():
+        assert name in out
+    assert "196352" in out
+
+
+def test_plan_json_is_the_plan(capsys):
+    assert main(["plan", "batch_norm_stats", "--shape", "32,64,56,56", "--dtype", "float32",
+                 "--soc", "Ascend910B2", "--json"]) == 0
+    plan = tiling.Plan.from_json(capsys.readouterr().out)
+    assert plan == tiling.plan_batch_norm_stats((32, 64, 56, 56), "float32", "Ascend910B2")
+
+
+def test_plan_table_and_errors(capsys):
+    assert main(["plan", "batch_norm_stats", "--shape", "8,4,100", "--strategy", "atomic"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("batch_norm_stats[atomic] Ascend910B2")
+    assert re.search(r"^deterministic +False +derived from the reduction tree$", out, re.M)
+    assert main(["plan", "batch_norm_stats", "--shape", "5"]) == 2
+    assert "input must have rank 2 to 8, got rank 1" in capsys.readouterr().err
+
+
+def test_run_checks_against_reference_and_simulator():
+    out = subprocess.run([sys.executable, "-m", "normkern", "run", "batch_norm_stats", "--shape", "4,8,100",
+                          "--soc", "host", "--repeat", "2", "--check", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    report = json.loads(out)
+    assert report["bitwise_equal_to_simulator"] is True and report["max_rel_err_invstd"] < 1e-5
