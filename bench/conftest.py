@@ -1,0 +1,131 @@
+"""Benchmark harness: environment record, same-run memory bandwidth, a summary at the end.
+
+Run with ``python -m pytest bench`` (the default test run does not collect bench/). Results go to
+``bench/results/``: ``environment.json`` and one JSON per run with every row's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+from numba import njit, prange
+
+from normkern._lanes import LANES, accumulate, fold
+
+RESULTS = Path(__file__).parent / "results"
+ROWS: list[dict] = []
+THREADS = int(os.environ.get("NORMKERN_BENCH_THREADS", "2"))
+STREAM_BYTES = 256 * 2**20
+
+
+@njit(parallel=True, cache=True)
+def _stream_read(x, out):
+    """STREAM-like read: every thread sums its contiguous share with the 64-lane loop."""
+    parts = out.shape[0]
+    share = x.shape[0] // parts
+    for p in prange(parts):
+        lanes = np.zeros(LANES, np.float32)
+        accumulate(lanes, x[p * share:(p + 1) * share])
+        out[p] = fold(lanes)
+
+
+@njit(parallel=True, cache=True)
+def _stream_triad(a, b, c, scalar):
+    for i in prange(a.shape[0]):
+        a[i] = b[i] + scalar * c[i]
+
+
+def median_seconds(fn, rounds=15, warmup=2) -> tuple[float, float]:
+    """(median, interquartile range) of ``rounds`` timed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    q1, med, q3 = np.percentile(times, [25, 50, 75])
+    return float(med), float(q3 - q1)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bench_threads():
+    numba.set_num_threads(THREADS)
+    try:
+        import torch
+
+        torch.set_num_threads(THREADS)
+    except ImportError:
+        pass
+    return THREADS
+
+
+@pytest.fixture(scope="session")
+def stream(bench_threads) -> dict:
+    """Read and triad bandwidth of this machine, measured in this run (GB/s)."""
+    x = np.random.default_rng(0).random(STREAM_BYTES // 4, dtype=np.float32)
+    out = np.empty(bench_threads, np.float32)
+    read, _ = median_seconds(lambda: _stream_read(x, out))
+    a, b, c = np.empty_like(x), x, x[::-1].copy()
+    triad, _ = median_seconds(lambda: _stream_triad(a, b, c, np.float32(3.0)))
+    return {"read_GBps": STREAM_BYTES / read / 1e9, "triad_GBps": 3 * STREAM_BYTES / triad / 1e9}
+
+
+@pytest.fixture(scope="session")
+def environment(stream) -> dict:
+    import tiling
+    from tiling.codec import to_data
+
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+        "cpu": _cpu_model(), "threads": THREADS,
+        "host_soc": to_data(tiling.host_soc()), **stream,
+    }
+    try:
+        import torch
+
+        record["torch"] = torch.__version__
+    except ImportError:
+        record["torch"] = None
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "environment.json").write_text(json.dumps(record, indent=2))
+    return record
+
+
+def record(row: dict) -> None:
+    ROWS.append(row)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not ROWS:
+        return
+    RESULTS.mkdir(exist_ok=True)
+    env_path = RESULTS / "environment.json"
+    env = json.loads(env_path.read_text()) if env_path.exists() else {}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (RESULTS / f"run-{stamp}.json").write_text(json.dumps({"environment": env, "rows": ROWS}, indent=2))
+    lines = ["", f"normkern bench ({env.get('threads')} threads, read {env.get('read_GBps', 0):.1f} GB/s, "
+                 f"triad {env.get('triad_GBps', 0):.1f} GB/s)"]
+    for row in ROWS:
+        lines.append("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\n".join(lines))

@@ -1,0 +1,109 @@
+"""BatchNormStats speed: normkern (default A2 plan and host plan) against PyTorch and NumPy.
+
+Targets (2 threads, fp32): >= 3x ``torch.batch_norm_update_stats`` on (32,64,56,56) and
+(256,256,14,14); >= 80% of the same run's read bandwidth on a tensor larger than L3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import normkern
+import tiling
+from normkern.ops.batch_norm_stats import bytes_moved
+
+from .conftest import median_seconds, record
+
+SHAPES = [(32, 64, 56, 56), (256, 256, 14, 14), (64, 128, 56, 56)]
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+#: The default A2 plan; A2 has no bf16 BatchNormStats, so bf16 uses the Ascend950 plan.
+ASCEND = {"float32": "Ascend910B2", "float16": "Ascend910B2", "bfloat16": "Ascend950"}
+
+
+def _peers(x):
+    peers = {}
+    axes = (0, *range(2, x.ndim))
+
+    def numpy_stats():
+        x32 = x.astype(np.float32, copy=False)
+        mean = x32.mean(axis=axes)
+        var = ((x32 - mean.reshape(1, -1, *([1] * (x.ndim - 2)))) ** 2).mean(axis=axes)
+        return mean, 1 / np.sqrt(var + 1e-5)
+
+    peers["numpy"] = numpy_stats
+    try:
+        import torch
+    except ImportError:
+        return peers
+    xt = torch.from_numpy(x) if x.dtype != ml_dtypes.bfloat16 else \
+        torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    peers["torch"] = lambda: torch.batch_norm_update_stats(xt, None, None, 0.1)
+    return peers
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_batch_norm_stats(benchmark, environment, shape, dtype):
+    x = (np.random.default_rng(0).standard_normal(shape) + 3).astype(DTYPES[dtype])
+    out = (np.empty(shape[1], np.float32), np.empty(shape[1], np.float32))
+    nbytes = bytes_moved(shape, dtype)
+    row = {"op": "batch_norm_stats", "shape": "x".join(map(str, shape)), "dtype": dtype}
+    runs = {}
+    for soc in (ASCEND[dtype], "host"):
+        plan = tiling.plan_batch_norm_stats(shape, dtype, soc)
+        runs[f"nk_{soc}"] = lambda soc=soc: normkern.batch_norm_stats(x, 1e-5, soc=soc, out=out)
+        row[f"plan_{soc}"] = str(plan)
+    runs.update(_peers(x))
+    times = {}
+    for _ in range(2):  # two interleaved rounds; keep each implementation's best median
+        for name, fn in runs.items():
+            med, iqr = median_seconds(fn)
+            if name not in times or med < times[name][0]:
+                times[name] = (med, iqr)
+    benchmark.pedantic(runs[f"nk_{ASCEND[dtype]}"], rounds=10, warmup_rounds=1)
+    for name, (med, iqr) in times.items():
+        row[f"{name}_ms"] = round(med * 1e3, 3)
+        row[f"{name}_iqr_ms"] = round(iqr * 1e3, 3)
+        row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
+    for soc in (ASCEND[dtype], "host"):
+        nk = times[f"nk_{soc}"][0]
+        row[f"nk_{soc}_read_fraction"] = round(nbytes / nk / 1e9 / environment["read_GBps"], 2)
+        if "torch" in times:
+            row[f"nk_{soc}_vs_torch"] = round(times["torch"][0] / nk, 2)
+        row[f"nk_{soc}_vs_numpy"] = round(times["numpy"][0] / nk, 2)
+    benchmark.extra_info.update(row)
+    record(row)
+
+
+_STARTUP = """
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np, ml_dtypes, normkern
+t1 = time.perf_counter()
+x = (np.random.default_rng(0).standard_normal((8, 16, 32, 32)) + 3).astype({dtype})
+normkern.batch_norm_stats(x, 1e-5, soc="{soc}")
+t2 = time.perf_counter()
+print(json.dumps({{"import_s": t1 - t0, "first_call_s": t2 - t1}}))
+"""
+
+
+@pytest.mark.parametrize("dtype, soc", [("np.float32", "Ascend910B2"), ("np.float32", "host"),
+                                        ("np.float16", "Ascend910B2"), ("ml_dtypes.bfloat16", "Ascend950")])
+def test_first_call_compile_and_warm_start(environment, dtype, soc):
+    """First call in a fresh process with an empty Numba cache (cold), then again with it filled (warm)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        code = _STARTUP.format(dtype=dtype, soc=soc)
+        cold, warm = (json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                                text=True, check=True).stdout) for _ in range(2))
+    record({"op": "startup", "dtype": dtype.split(".")[-1], "soc": soc,
+            "cold_first_call_s": round(cold["first_call_s"], 2), "warm_first_call_s": round(warm["first_call_s"], 3),
+            "import_s": round(warm["import_s"], 3)})
