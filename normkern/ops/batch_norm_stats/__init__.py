@@ -4,4 +4,6 @@ from .api import OP, arrival_order, batch_norm_stats, bytes_moved, prepare
 from .reference import batch_norm_stats_reference
 from .simulator import simulate
 
-__all__ = ["OP", "arrival_order", "batch_norm_stats", "bytes_moved", "prepare", "batch_norm_stats_reference", "simulate"]
+__all__ = [
+    "OP", "arrival_order", "batch_norm_stats", "bytes_moved", "prepare", "batch_norm_stats_reference", "simulate",
+]
