@@ -56,12 +56,10 @@ def aclGetRecentErrMsg() -> str | None:
 def aclrtCtxSetSysParamOpt(opt: int, value: int) -> int:
     """Set a context option; ``ACL_OPT_DETERMINISTIC`` drives :func:`normkern.set_deterministic`."""
     if opt == ACL_OPT_DETERMINISTIC:
-        try:
-            _config.set_deterministic(value if isinstance(value, int) and not isinstance(value, bool) else -1)
-        except NormkernError as exc:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
             _recent_error[0] = f"aclrtCtxSetSysParamOpt: ACL_OPT_DETERMINISTIC value must be 0-3, got {value!r}"
-            del exc
             return ACL_ERROR_INVALID_PARAM
+        _config.set_deterministic(value)
         return ACL_SUCCESS
     if opt in (ACL_OPT_ENABLE_DEBUG_KERNEL, ACL_OPT_STRONG_CONSISTENCY, ACL_OPT_ENABLE_KERNEL_EARLY_START):
         _other_options[opt] = int(value)
