@@ -77,19 +77,34 @@ def bench_threads():
     return THREADS
 
 
+class Stream:
+    """STREAM-like read and triad over 256 MiB, callable next to the kernels being compared."""
+
+    def __init__(self, threads: int) -> None:
+        self.x = np.random.default_rng(0).random(STREAM_BYTES // 4, dtype=np.float32)
+        self.out = np.empty(threads, np.float32)
+        self.a, self.c = np.empty_like(self.x), self.x[::-1].copy()
+
+    def read(self) -> None:
+        _stream_read(self.x, self.out)
+
+    def triad(self) -> None:
+        _stream_triad(self.a, self.x, self.c, np.float32(3.0))
+
+    def measure(self) -> dict:
+        read, _ = median_seconds(self.read)
+        triad, _ = median_seconds(self.triad)
+        return {"read_GBps": STREAM_BYTES / read / 1e9, "triad_GBps": 3 * STREAM_BYTES / triad / 1e9}
+
+
 @pytest.fixture(scope="session")
-def stream(bench_threads) -> dict:
-    """Read and triad bandwidth of this machine, measured in this run (GB/s)."""
-    x = np.random.default_rng(0).random(STREAM_BYTES // 4, dtype=np.float32)
-    out = np.empty(bench_threads, np.float32)
-    read, _ = median_seconds(lambda: _stream_read(x, out))
-    a, b, c = np.empty_like(x), x, x[::-1].copy()
-    triad, _ = median_seconds(lambda: _stream_triad(a, b, c, np.float32(3.0)))
-    return {"read_GBps": STREAM_BYTES / read / 1e9, "triad_GBps": 3 * STREAM_BYTES / triad / 1e9}
+def stream(bench_threads) -> Stream:
+    return Stream(bench_threads)
 
 
 @pytest.fixture(scope="session")
 def environment(stream) -> dict:
+    """Versions, CPU and a first bandwidth reading; each benchmark re-measures bandwidth beside itself."""
     import tiling
     from tiling.codec import to_data
 
@@ -97,7 +112,7 @@ def environment(stream) -> dict:
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
         "cpu": _cpu_model(), "threads": THREADS,
-        "host_soc": to_data(tiling.host_soc()), **stream,
+        "host_soc": to_data(tiling.host_soc()), **stream.measure(),
     }
     try:
         import torch
