@@ -16,12 +16,13 @@ from .errors import (
     UnsupportedError,
     WorkspaceError,
 )
+from .ops.batch_norm_gather_stats import batch_norm_gather_stats_with_counts
 from .ops.batch_norm_stats import batch_norm_stats
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "aclnn", "batch_norm_stats",
+    "aclnn", "batch_norm_gather_stats_with_counts", "batch_norm_stats",
     "get_default_soc", "get_deterministic", "set_default_soc", "set_deterministic",
     "DeterminismError", "InvalidParameterError", "NormkernError", "NullPointerError", "TilingError",
     "UnsupportedError", "WorkspaceError",

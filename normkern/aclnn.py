@@ -24,6 +24,7 @@ from .errors import (
     ACLNN_SUCCESS,
     NormkernError,
 )
+from .ops import batch_norm_gather_stats as _gather
 from .ops import batch_norm_stats as _bns
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ACL_OPT_STRONG_CONSISTENCY", "ACL_OPT_ENABLE_KERNEL_EARLY_START",
     "aclrtCtxSetSysParamOpt", "aclrtCtxGetSysParamOpt", "aclGetRecentErrMsg", "Executor",
     "aclnnBatchNormStatsGetWorkspaceSize", "aclnnBatchNormStats",
+    "aclnnBatchNormGatherStatsWithCountsGetWorkspaceSize", "aclnnBatchNormGatherStatsWithCounts",
 ]
 
 ACL_SUCCESS = 0
@@ -104,3 +106,15 @@ def aclnnBatchNormStatsGetWorkspaceSize(input, eps, mean, invstd, *, soc=None):
 def aclnnBatchNormStats(workspace, workspace_size, executor, stream=None) -> int:
     """Second phase of aclnnBatchNormStats: writes ``mean`` and ``invstd`` given to the first phase."""
     return _second_phase(_bns.OP, workspace, workspace_size, executor)
+
+
+def aclnnBatchNormGatherStatsWithCountsGetWorkspaceSize(input, mean, invstd, runningMean, runningVar, momentum, eps,
+                                                        counts, meanAll, invstdAll, *, soc=None):
+    """First phase of aclnnBatchNormGatherStatsWithCounts: ``(status, workspace_size, executor)``."""
+    return _first_phase(lambda: _gather.prepare(input, mean, invstd, runningMean, runningVar, momentum, eps, counts,
+                                                meanAll, invstdAll, soc=soc))
+
+
+def aclnnBatchNormGatherStatsWithCounts(workspace, workspace_size, executor, stream=None) -> int:
+    """Second phase: writes meanAll/invstdAll and updates runningMean/runningVar in place."""
+    return _second_phase(_gather.OP, workspace, workspace_size, executor)

@@ -3,6 +3,12 @@
 Pure Python (NumPy only for ``kernel_args``); it never imports numba or normkern.
 """
 
+from .batch_norm_gather_stats import (
+    GatherStatsArgs,
+    GatherStatsPlan,
+    GatherStatsStrategy,
+    plan_batch_norm_gather_stats_with_counts,
+)
 from .batch_norm_stats import (
     BatchNormStatsArgs,
     BatchNormStatsPlan,
@@ -16,6 +22,7 @@ from .split import Split, SplitKind
 from .workspace import Region, WorkspaceLayout
 
 __all__ = [
+    "GatherStatsArgs", "GatherStatsPlan", "GatherStatsStrategy", "plan_batch_norm_gather_stats_with_counts",
     "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",
     "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",
     "LANES", "Combine", "LaneOrder", "ReduceLevel", "ReductionTree",

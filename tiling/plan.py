@@ -56,7 +56,7 @@ class Plan:
     strategy: enum.Enum
     source: str = unit("", '"cann-ops-nn": reproduces public CANN host code; "modeled": our own model')
     tiling_key: int | None = unit("", "CANN tiling key, None where no CANN tiling exists")
-    block_dim: int = unit("cores", "cores launched")
+    block_dim: int = unit("cores", "cores launched (cores past the split's own idle)")
     core_split: Split = unit("", "work items per core")
     tree: ReductionTree = unit("", "reduction order, innermost level first")
     workspace: WorkspaceLayout = unit("bytes", "system + user workspace")
@@ -71,8 +71,8 @@ class Plan:
     def __post_init__(self) -> None:
         if self.source not in ("cann-ops-nn", "modeled"):
             raise ValueError(f"plan source must be 'cann-ops-nn' or 'modeled', got {self.source!r}")
-        if self.block_dim != self.core_split.parts:
-            raise ValueError(f"block_dim {self.block_dim} != cores in the split {self.core_split.parts}")
+        if self.core_split.parts > self.block_dim:
+            raise ValueError(f"the split uses {self.core_split.parts} cores, more than block_dim {self.block_dim}")
         if self.block_dim > self.soc.vector_cores:
             raise ValueError(f"block_dim {self.block_dim} exceeds {self.soc.name}'s {self.soc.vector_cores} cores")
         system = self.soc.system_workspace_bytes if self.block_dim else 0

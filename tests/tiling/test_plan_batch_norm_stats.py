@@ -116,7 +116,7 @@ def test_invariants_are_checked_on_construction():
         dataclasses.replace(plan, rows_per_block=100)
     with pytest.raises(ValueError, match="cover HxW exactly"):
         dataclasses.replace(plan, tail_seg_elems=3000)
-    with pytest.raises(ValueError, match="block_dim"):
+    with pytest.raises(ValueError, match="more than block_dim"):
         dataclasses.replace(plan, block_dim=47)
     with pytest.raises(ValueError, match="core split covers"):
         dataclasses.replace(plan, core_split=tiling.Split.even(63, 48), block_dim=48)

@@ -1,0 +1,151 @@
+"""``batch_norm_gather_stats_with_counts``: validation in CANN's order, the cached plan, the kernel."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+import tiling
+from tiling import GatherStatsStrategy
+from tiling.batch_norm_gather_stats import supported_dtypes
+
+from ... import _config
+from ..._executor import Executor
+from ...errors import InvalidParameterError, NullPointerError, TilingError, UnsupportedError
+from . import kernel
+
+OP = "batch_norm_gather_stats_with_counts"
+F32 = np.float32
+
+
+def _array(name, value):
+    if not isinstance(value, np.ndarray):
+        raise InvalidParameterError(OP, name, "must be a numpy.ndarray", type(value).__name__)
+    return value
+
+
+def _real(name, value):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise InvalidParameterError(OP, name, "must be a real number", repr(value))
+    return float(value)
+
+
+def _parse_strategy(strategy):
+    if strategy is None or isinstance(strategy, GatherStatsStrategy):
+        return strategy
+    try:
+        return GatherStatsStrategy(strategy)
+    except ValueError:
+        names = ", ".join(s.value for s in GatherStatsStrategy)
+        raise InvalidParameterError(OP, "strategy", f"must be one of {names}", repr(strategy)) from None
+
+
+def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
+            soc=None, strategy=None, outputs_required=True) -> Executor:
+    """All checks in the op_api order: null (161001), dtype, shape (161002); the 950 tiling's own
+    checks (momentum in [0, 1], eps > 0, invstd and running dtypes equal to mean's) give 561002."""
+    required = [("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts)]
+    if outputs_required:
+        required += [("meanAll", mean_all), ("invstdAll", invstd_all)]
+    for name, value in required:
+        if value is None:
+            raise NullPointerError(OP, name, "must not be None (null pointer)", None)
+    spec = _config.resolve_soc(soc, OP)
+    allowed = supported_dtypes(spec)
+    if not allowed:
+        raise UnsupportedError(OP, "soc", f"must support aclnnBatchNormGatherStatsWithCounts (CANN has no "
+                               f"kernel for {spec.product})", spec.name)
+    tensors = [("input", input), ("mean", mean), ("invstd", invstd), ("runningMean", running_mean),
+               ("runningVar", running_var), ("counts", counts), ("meanAll", mean_all), ("invstdAll", invstd_all)]
+    for name, value in tensors:
+        if value is not None and _array(name, value).dtype.name not in allowed:
+            raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(allowed)} on {spec.name}",
+                                        value.dtype.name)
+    if not 2 <= input.ndim <= 8:
+        raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {input.ndim} (shape {input.shape})")
+    channels = input.shape[1]
+    for name, value in (("mean", mean), ("invstd", invstd)):
+        if value.ndim != 2:
+            raise InvalidParameterError(OP, name, "must be 2-D (D, C)", f"shape {value.shape}")
+    if counts.ndim != 1:
+        raise InvalidParameterError(OP, "counts", "must be 1-D (D,)", f"shape {counts.shape}")
+    if not mean.shape[0] == invstd.shape[0] == counts.shape[0]:
+        raise InvalidParameterError(OP, "counts", "mean, invstd and counts must have the same first dim D",
+                                    f"{mean.shape[0]}, {invstd.shape[0]}, {counts.shape[0]}")
+    for name, value in (("mean", mean), ("invstd", invstd)):
+        if value.shape[1] != channels:
+            raise InvalidParameterError(OP, name, f"dim 1 must equal input's C={channels}", value.shape[1])
+    for name, value in (("runningMean", running_mean), ("runningVar", running_var),
+                        ("meanAll", mean_all), ("invstdAll", invstd_all)):
+        if value is not None and value.shape != (channels,):
+            raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
+        if value is not None and not value.flags.writeable and name != "counts":
+            raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
+    if (running_mean is None) != (running_var is None):
+        missing = "runningVar" if running_var is None else "runningMean"
+        raise InvalidParameterError(OP, missing, "must be given when the other running statistic is",
+                                    None)
+    momentum = _real("momentum", momentum)
+    eps = _real("eps", eps)
+    if spec.arch == "DAV_3510":
+        if not 0.0 <= momentum <= 1.0:
+            raise TilingError(OP, f"[{OP}] momentum must be in [0, 1] (SyncBatchNormGatherStatsFused tiling), "
+                              f"got {momentum}")
+        if not eps > 0.0:
+            raise TilingError(OP, f"[{OP}] eps must be > 0 (SyncBatchNormGatherStatsFused tiling), got {eps}")
+        for name, value in (("invstd", invstd), ("runningMean", running_mean), ("runningVar", running_var)):
+            if value is not None and value.dtype != mean.dtype:
+                raise TilingError(OP, f"[{OP}] {name} dtype must equal mean's ({mean.dtype.name}) on "
+                                  f"{spec.name}, got {value.dtype.name}")
+    forced = _parse_strategy(strategy)
+    try:
+        plan = tiling.plan_batch_norm_gather_stats_with_counts(mean.shape[0], channels, mean.dtype.name, spec,
+                                                               forced)
+    except tiling.TilingError as exc:
+        raise TilingError(OP, str(exc)) from exc
+    eps32, momentum32 = F32(eps), F32(momentum)
+    out_dtype = mean.dtype
+
+    def run(workspace):
+        mean_out = mean_all if mean_all is not None else np.empty(channels, out_dtype)
+        invstd_out = invstd_all if invstd_all is not None else np.empty(channels, out_dtype)
+        if plan.strategy is GatherStatsStrategy.EMPTY:
+            mean_out[...] = 0
+            invstd_out[...] = np.nan
+            return mean_out, invstd_out
+        m32 = np.empty(channels, F32)
+        s32 = np.empty(channels, F32)
+        update = running_mean is not None
+        rm = running_mean.astype(F32) if update else np.empty(0, F32)
+        rv = running_var.astype(F32) if update else np.empty(0, F32)
+        kernel.gather_stats(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32),
+                            np.ascontiguousarray(counts, F32), workspace, plan.kernel_args(), eps32, momentum32,
+                            m32, s32, rm, rv, update)
+        mean_out[...] = m32.astype(mean_out.dtype)
+        invstd_out[...] = s32.astype(invstd_out.dtype)
+        if update:
+            running_mean[...] = rm.astype(running_mean.dtype)
+            running_var[...] = rv.astype(running_var.dtype)
+        return mean_out, invstd_out
+
+    return Executor(OP, plan, run)
+
+
+def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts, *,
+                                        soc=None, strategy=None, out=None):
+    """Global ``(mean_all, invstd_all)`` from per-device ``mean``/``invstd`` (D, C) and ``counts`` (D,).
+
+    ``input`` (rank 2-8) supplies only C. ``running_mean``/``running_var`` (C,), optional, are
+    updated in place with ``momentum``; the running variance is unbiased (``var_sum / (W - 1)``).
+    Outputs take ``mean``'s dtype; compute is float32. Counts are used as given (no truncation,
+    no guard): see the README for zero counts, a total of 1 and invstd <= 0.
+    """
+    mean_all = invstd_all = None
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise InvalidParameterError(OP, "out", "must be a (mean_all, invstd_all) pair of arrays", repr(type(out)))
+        mean_all, invstd_all = out
+    executor = prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all,
+                       soc=soc, strategy=strategy, outputs_required=out is not None)
+    return executor.run_private()
