@@ -17,7 +17,7 @@ LANES = 64
 STEP = 4 * LANES
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def accumulate(lanes, row):
     """lanes[j] += row[j + 64 v] for v ascending."""
     n = row.shape[0]
@@ -42,7 +42,7 @@ def accumulate(lanes, row):
         lanes[j] += to_f32(tail[j])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def accumulate_sqdev(lanes, row, mean):
     """lanes[j] += (row[j + 64 v] - mean)^2 for v ascending (the square rounded before the add)."""
     n = row.shape[0]
@@ -73,7 +73,7 @@ def accumulate_sqdev(lanes, row, mean):
         lanes[j] += d * d
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def fold(lanes):
     """Pairwise fold of the 64 lanes (destroys them); returns the block sum."""
     width = LANES // 2

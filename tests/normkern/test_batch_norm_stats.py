@@ -127,3 +127,11 @@ def test_large_offset_two_pass_is_accurate():
     x = (make_input((16, 2, 4096), "float32", offset=0.0) + 1000).astype(np.float32)
     mean, invstd = normkern.batch_norm_stats(x, 0.0, soc="host")
     _check_against_reference(x, mean, invstd, 0.0)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_zero_variance_and_zero_eps_give_ieee_infinity(strategy):
+    """No exception from compiled code: 1/sqrt(0) is +inf, as on the NPU."""
+    x = np.full((12, 3, 70), -1.5, np.float32)
+    mean, invstd = normkern.batch_norm_stats(x, 0.0, soc=TINY, strategy=strategy, arrival_seed=0)
+    assert np.array_equal(mean, [-1.5] * 3) and np.isposinf(invstd).all()

@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _finish(c, var_sum, mean_all, total, eps, momentum, invstd_out, run_mean, run_var, update):
     invstd_out[c] = np.float32(1.0) / np.sqrt(var_sum / total + eps)
     if update:
@@ -29,7 +29,7 @@ def _finish(c, var_sum, mean_all, total, eps, momentum, invstd_out, run_mean, ru
         run_var[c] = keep * run_var[c] + momentum * (var_sum / (total - np.float32(1.0)))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _deviation_term(mean, invstd, weight, mean_all, eps):
     inv = np.float32(1.0) / invstd
     var = inv * inv - eps
@@ -37,7 +37,7 @@ def _deviation_term(mean, invstd, weight, mean_all, eps):
     return (var + d * d) * weight
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, error_model="numpy")
 def gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
     total = np.float32(0.0)
     for n in range(args.n):

@@ -22,7 +22,6 @@ def simulate(plan: GatherStatsPlan, mean, invstd, counts, running_mean, running_
     for n in range(plan.n):
         total = F32(total + w[n])
     inv = F32(1) / invstd
-    terms2 = None
 
     def pass_sum(terms):
         if plan.strategy not in FIRST_AXIS:

@@ -19,7 +19,7 @@ from numba import njit, prange
 from ..._lanes import LANES, accumulate, accumulate_sqdev, fold
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
     """Sum of channel ``c`` over rows [first_row, first_row + n_rows), blocked as the plan says."""
     total = np.float32(0.0)
@@ -44,12 +44,12 @@ def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _invstd(sqdev_sum, count, eps):
     return np.float32(1.0) / np.sqrt(sqdev_sum / count + eps)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, error_model="numpy")
 def split_c(x, args, eps, mean_out, invstd_out):
     """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k])."""
     count = np.float32(args.count)
@@ -62,7 +62,7 @@ def split_c(x, args, eps, mean_out, invstd_out):
             invstd_out[c] = _invstd(sqdev, count, eps)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, error_model="numpy")
 def split_r(x, ws, args, order, eps, mean_out, invstd_out):
     """Rows over cores; ``order[p]`` is the order in which pass ``p`` adds the core partials."""
     cores = args.core_start.shape[0]
