@@ -48,11 +48,11 @@ def test_kernel_equals_simulator_and_reference(dtype, strategy, soc, d, c):
     sim = simulate(plan, mean, invstd, counts, rm0, rv0, 0.1, 1e-5)
     F = DTYPES[dtype]
     assert mean_all.dtype == invstd_all.dtype == np.dtype(F)
-    for got, expected in zip((mean_all, invstd_all, rm, rv), sim):
+    for got, expected in zip((mean_all, invstd_all, rm, rv), sim, strict=True):
         assert np.array_equal(got, expected.astype(F)), plan
     ref = batch_norm_gather_stats_reference(mean, invstd, counts, rm0, rv0, 0.1, 1e-5)
     rtol = {"float32": 2e-6, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
-    for got, expected in zip((mean_all, invstd_all, rm, rv), ref):
+    for got, expected in zip((mean_all, invstd_all, rm, rv), ref, strict=True):
         np.testing.assert_allclose(got.astype(np.float64), expected, rtol=rtol, atol=rtol)
 
 
