@@ -11,7 +11,15 @@ import numpy as np
 
 import tiling
 
-PLANNERS = {"batch_norm_stats": tiling.plan_batch_norm_stats}
+def _plan_gather(shape, dtype, soc, strategy):
+    if len(shape) != 2:
+        raise ValueError(f"batch_norm_gather_stats_with_counts plans take --shape D,C (mean's shape), got {shape}")
+    return tiling.plan_batch_norm_gather_stats_with_counts(shape[0], shape[1], dtype, soc, strategy)
+
+
+#: ``--shape`` is the input's shape, or for the gather op the (D, C) shape of ``mean``.
+PLANNERS = {"batch_norm_stats": tiling.plan_batch_norm_stats,
+            "batch_norm_gather_stats_with_counts": _plan_gather}
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -93,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, func, helptext in (("plan", _cmd_plan, "print the tiling plan of an op"),
                                  ("run", _cmd_run, "run an op on random data and check it")):
         cmd = sub.add_parser(name, help=helptext)
-        cmd.add_argument("op", choices=sorted(PLANNERS))
-        cmd.add_argument("--shape", type=_shape, required=True, help="e.g. 32,64,56,56")
+        cmd.add_argument("op", choices=sorted(PLANNERS) if name == "plan" else ["batch_norm_stats"])
+        cmd.add_argument("--shape", type=_shape, required=True,
+                         help="e.g. 32,64,56,56; for the gather op D,C")
         cmd.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
         cmd.add_argument("--soc", default=tiling.DEFAULT_SOC, help="a preset name or host")
         cmd.add_argument("--strategy", default=None)

@@ -37,3 +37,10 @@ def test_run_checks_against_reference_and_simulator():
                          capture_output=True, text=True, check=True).stdout
     report = json.loads(out)
     assert report["bitwise_equal_to_simulator"] is True and report["max_rel_err_invstd"] < 1e-5
+
+
+def test_gather_plan_on_the_950(capsys):
+    assert main(["plan", "batch_norm_gather_stats_with_counts", "--shape", "8,2048", "--soc", "Ascend950"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("batch_norm_gather_stats_with_counts[common] Ascend950 key=101 cores=64")
+    assert re.search(r"^tiling_data.ubFormer +835$", out, re.M)
