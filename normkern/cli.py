@@ -11,6 +11,7 @@ import numpy as np
 
 import tiling
 
+
 def _plan_gather(shape, dtype, soc, strategy):
     if len(shape) != 2:
         raise ValueError(f"batch_norm_gather_stats_with_counts plans take --shape D,C (mean's shape), got {shape}")

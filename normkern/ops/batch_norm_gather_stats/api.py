@@ -17,6 +17,8 @@ from . import kernel
 
 OP = "batch_norm_gather_stats_with_counts"
 F32 = np.float32
+#: Below this many statistics the thread-pool launch costs more than the work.
+PARALLEL_MIN_ELEMENTS = 1 << 16
 
 
 def _array(name, value):
@@ -119,9 +121,9 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         update = running_mean is not None
         rm = running_mean.astype(F32) if update else np.empty(0, F32)
         rv = running_var.astype(F32) if update else np.empty(0, F32)
-        kernel.gather_stats(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32),
-                            np.ascontiguousarray(counts, F32), workspace, plan.kernel_args(), eps32, momentum32,
-                            m32, s32, rm, rv, update)
+        launch = kernel.gather_stats if mean.size >= PARALLEL_MIN_ELEMENTS else kernel.gather_stats_inline
+        launch(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32), np.ascontiguousarray(counts, F32),
+               workspace, plan.cached_kernel_args(), eps32, momentum32, m32, s32, rm, rv, update)
         mean_out[...] = m32.astype(mean_out.dtype)
         invstd_out[...] = s32.astype(invstd_out.dtype)
         if update:

@@ -37,61 +37,78 @@ def _deviation_term(mean, invstd, weight, mean_all, eps):
     return (var + d * d) * weight
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
+def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
     total = np.float32(0.0)
     for n in range(args.n):
         total += counts[n]
     cores = args.core_start.shape[0]
+    channels = args.c
     if args.split_n == 0:
         for core in prange(cores):
             c0 = args.core_start[core]
             cn = args.core_count[core]
             acc = np.zeros(cn, np.float32)
+            out = mean_out[c0:c0 + cn]
             for n in range(args.n):
+                row = mean[n, c0:c0 + cn]
+                weight = counts[n]
                 for j in range(cn):
-                    acc[j] += mean[n, c0 + j] * counts[n]
+                    acc[j] += row[j] * weight
             for j in range(cn):
-                mean_out[c0 + j] = acc[j] / total
+                out[j] = acc[j] / total
                 acc[j] = 0.0
             for n in range(args.n):
+                row = mean[n, c0:c0 + cn]
+                inv = invstd[n, c0:c0 + cn]
+                weight = counts[n]
                 for j in range(cn):
-                    acc[j] += _deviation_term(mean[n, c0 + j], invstd[n, c0 + j], counts[n], mean_out[c0 + j], eps)
+                    acc[j] += _deviation_term(row[j], inv[j], weight, out[j], eps)
             for j in range(cn):
-                _finish(c0 + j, acc[j], mean_out[c0 + j], total, eps, momentum, invstd_out, run_mean, run_var,
-                        update)
+                _finish(c0 + j, acc[j], out[j], total, eps, momentum, invstd_out, run_mean, run_var, update)
         return
     pitch = args.partial_pitch
-    base = args.partial_offset
     blocks = 0
     for core in range(cores):
         if args.core_count[core] > 0:
             blocks += 1
-    mean_row = base + blocks * pitch          # the two rows after the block partials
-    var_row = mean_row + pitch
+    partials = ws[args.partial_offset:args.partial_offset + (blocks + 2) * pitch]
+    mean_row = partials[blocks * pitch:blocks * pitch + channels]      # the two rows after the block partials
+    var_row = partials[(blocks + 1) * pitch:(blocks + 1) * pitch + channels]
     for core in prange(blocks):  # cores past the device split are idle: they own no row
-        row = base + core * pitch
-        for c in range(args.c):
-            ws[row + c] = 0.0
+        part = partials[core * pitch:core * pitch + channels]
+        part[:] = 0.0
         for n in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            for c in range(args.c):
-                ws[row + c] += mean[n, c] * counts[n]
-    for c in range(args.c):
-        t = np.float32(0.0)
-        for k in range(blocks):
-            t += ws[base + k * pitch + c]
-        ws[mean_row + c] = t / total
-        mean_out[c] = ws[mean_row + c]
+            row = mean[n]
+            weight = counts[n]
+            for c in range(channels):
+                part[c] += row[c] * weight
+    mean_row[:] = 0.0
+    for k in range(blocks):
+        part = partials[k * pitch:k * pitch + channels]
+        for c in range(channels):
+            mean_row[c] += part[c]
+    for c in range(channels):
+        mean_row[c] = mean_row[c] / total
+        mean_out[c] = mean_row[c]
     for core in prange(blocks):
-        row = base + core * pitch
-        for c in range(args.c):
-            ws[row + c] = 0.0
+        part = partials[core * pitch:core * pitch + channels]
+        part[:] = 0.0
         for n in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            for c in range(args.c):
-                ws[row + c] += _deviation_term(mean[n, c], invstd[n, c], counts[n], ws[mean_row + c], eps)
-    for c in range(args.c):
-        t = np.float32(0.0)
-        for k in range(blocks):
-            t += ws[base + k * pitch + c]
-        ws[var_row + c] = t
-        _finish(c, t, ws[mean_row + c], total, eps, momentum, invstd_out, run_mean, run_var, update)
+            row = mean[n]
+            inv = invstd[n]
+            weight = counts[n]
+            for c in range(channels):
+                part[c] += _deviation_term(row[c], inv[c], weight, mean_row[c], eps)
+    var_row[:] = 0.0
+    for k in range(blocks):
+        part = partials[k * pitch:k * pitch + channels]
+        for c in range(channels):
+            var_row[c] += part[c]
+    for c in range(channels):
+        _finish(c, var_row[c], mean_row[c], total, eps, momentum, invstd_out, run_mean, run_var, update)
+
+
+#: The same function on the thread pool, and run inline for problems too small to pay for a launch;
+#: the order of every addition is the plan's either way.
+gather_stats = njit(parallel=True, cache=True, error_model="numpy")(_gather_stats)
+gather_stats_inline = njit(cache=True, error_model="numpy")(_gather_stats)

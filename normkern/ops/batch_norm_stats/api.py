@@ -115,7 +115,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
             invstd_out.fill(np.nan)
         else:
             x3 = kernel_view(np.ascontiguousarray(x)).reshape(plan.n, plan.c, plan.hxw)
-            args = plan.kernel_args()
+            args = plan.cached_kernel_args()
             if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
                 kernel.split_c(x3, args, eps32, mean_out, invstd_out)
             else:
