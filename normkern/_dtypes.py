@@ -22,8 +22,12 @@ FLOAT32 = np.dtype(np.float32)
 _KERNEL_VIEW = {FLOAT32: FLOAT32, FLOAT16: np.dtype(np.uint16), BFLOAT16: np.dtype(np.int16)}
 
 
+_NAMES = {FLOAT32: "float32", FLOAT16: "float16", BFLOAT16: "bfloat16"}
+
+
 def dtype_name(dtype) -> str:
-    return np.dtype(dtype).name
+    """The dtype's name; a dict look-up for the three compute dtypes (``np.dtype.name`` is slow)."""
+    return _NAMES.get(dtype) or np.dtype(dtype).name
 
 
 def kernel_view(x: np.ndarray) -> np.ndarray:

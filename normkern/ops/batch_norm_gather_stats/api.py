@@ -11,6 +11,7 @@ from tiling import GatherStatsStrategy
 from tiling.batch_norm_gather_stats import supported_dtypes
 
 from ... import _config
+from ..._dtypes import dtype_name
 from ..._executor import Executor
 from ...errors import InvalidParameterError, NullPointerError, TilingError, UnsupportedError
 from . import kernel
@@ -21,6 +22,16 @@ F32 = np.float32
 PARALLEL_MIN_ELEMENTS = 1 << 16
 
 
+_NO_RUNNING = np.empty(0, F32)
+
+
+def _f32_buffer(target, copy=False):
+    """``target`` itself when the kernel can write it in place, else a float32 working copy."""
+    if target.dtype == F32 and target.flags.c_contiguous:
+        return target
+    return target.astype(F32) if copy else np.empty(target.shape, F32)
+
+
 def _array(name, value):
     if not isinstance(value, np.ndarray):
         raise InvalidParameterError(OP, name, "must be a numpy.ndarray", type(value).__name__)
@@ -28,6 +39,8 @@ def _array(name, value):
 
 
 def _real(name, value):
+    if type(value) is float:  # the common case, without the slower ABC check
+        return value
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise InvalidParameterError(OP, name, "must be a real number", repr(value))
     return float(value)
@@ -61,9 +74,9 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     tensors = [("input", input), ("mean", mean), ("invstd", invstd), ("runningMean", running_mean),
                ("runningVar", running_var), ("counts", counts), ("meanAll", mean_all), ("invstdAll", invstd_all)]
     for name, value in tensors:
-        if value is not None and _array(name, value).dtype.name not in allowed:
+        if value is not None and dtype_name(_array(name, value).dtype) not in allowed:
             raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(allowed)} on {spec.name}",
-                                        value.dtype.name)
+                                        dtype_name(value.dtype))
     if not 2 <= input.ndim <= 8:
         raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {input.ndim} (shape {input.shape})")
     channels = input.shape[1]
@@ -98,11 +111,11 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
             raise TilingError(OP, f"[{OP}] eps must be > 0 (SyncBatchNormGatherStatsFused tiling), got {eps}")
         for name, value in (("invstd", invstd), ("runningMean", running_mean), ("runningVar", running_var)):
             if value is not None and value.dtype != mean.dtype:
-                raise TilingError(OP, f"[{OP}] {name} dtype must equal mean's ({mean.dtype.name}) on "
-                                  f"{spec.name}, got {value.dtype.name}")
+                raise TilingError(OP, f"[{OP}] {name} dtype must equal mean's ({dtype_name(mean.dtype)}) on "
+                                  f"{spec.name}, got {dtype_name(value.dtype)}")
     forced = _parse_strategy(strategy)
     try:
-        plan = tiling.plan_batch_norm_gather_stats_with_counts(mean.shape[0], channels, mean.dtype.name, spec,
+        plan = tiling.plan_batch_norm_gather_stats_with_counts(mean.shape[0], channels, dtype_name(mean.dtype), spec,
                                                                forced)
     except tiling.TilingError as exc:
         raise TilingError(OP, str(exc)) from exc
@@ -116,19 +129,17 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
             mean_out[...] = 0
             invstd_out[...] = np.nan
             return mean_out, invstd_out
-        m32 = np.empty(channels, F32)
-        s32 = np.empty(channels, F32)
+        m32 = _f32_buffer(mean_out)
+        s32 = _f32_buffer(invstd_out)
         update = running_mean is not None
-        rm = running_mean.astype(F32) if update else np.empty(0, F32)
-        rv = running_var.astype(F32) if update else np.empty(0, F32)
+        rm = _f32_buffer(running_mean, copy=True) if update else _NO_RUNNING
+        rv = _f32_buffer(running_var, copy=True) if update else _NO_RUNNING
         launch = kernel.gather_stats if mean.size >= PARALLEL_MIN_ELEMENTS else kernel.gather_stats_inline
         launch(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32), np.ascontiguousarray(counts, F32),
                workspace, plan.cached_kernel_args(), eps32, momentum32, m32, s32, rm, rv, update)
-        mean_out[...] = m32.astype(mean_out.dtype)
-        invstd_out[...] = s32.astype(invstd_out.dtype)
-        if update:
-            running_mean[...] = rm.astype(running_mean.dtype)
-            running_var[...] = rv.astype(running_var.dtype)
+        for target, result in ((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)):
+            if target is not None and target is not result:
+                target[...] = result.astype(target.dtype)
         return mean_out, invstd_out
 
     return Executor(OP, plan, run)

@@ -21,12 +21,16 @@ from numba import njit, prange
 
 
 @njit(cache=True, error_model="numpy")
-def _finish(c, var_sum, mean_all, total, eps, momentum, invstd_out, run_mean, run_var, update):
-    invstd_out[c] = np.float32(1.0) / np.sqrt(var_sum / total + eps)
+def _finish(var_sum, mean_all, total, eps, momentum, invstd_out, run_mean, run_var, update):
+    """invstd and the running statistics of a run of channels (the arrays are views of it)."""
+    for j in range(var_sum.shape[0]):
+        invstd_out[j] = np.float32(1.0) / np.sqrt(var_sum[j] / total + eps)
     if update:
         keep = np.float32(1.0) - momentum
-        run_mean[c] = keep * run_mean[c] + momentum * mean_all
-        run_var[c] = keep * run_var[c] + momentum * (var_sum / (total - np.float32(1.0)))
+        bessel = total - np.float32(1.0)
+        for j in range(var_sum.shape[0]):
+            run_mean[j] = keep * run_mean[j] + momentum * mean_all[j]
+            run_var[j] = keep * run_var[j] + momentum * (var_sum[j] / bessel)
 
 
 @njit(cache=True, error_model="numpy")
@@ -44,10 +48,11 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
     cores = args.core_start.shape[0]
     channels = args.c
     if args.split_n == 0:
+        sums = np.zeros(channels, np.float32)  # one slice per core: each core writes only its channels
         for core in prange(cores):
             c0 = args.core_start[core]
             cn = args.core_count[core]
-            acc = np.zeros(cn, np.float32)
+            acc = sums[c0:c0 + cn]
             out = mean_out[c0:c0 + cn]
             for n in range(args.n):
                 row = mean[n, c0:c0 + cn]
@@ -63,8 +68,8 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
                 weight = counts[n]
                 for j in range(cn):
                     acc[j] += _deviation_term(row[j], inv[j], weight, out[j], eps)
-            for j in range(cn):
-                _finish(c0 + j, acc[j], out[j], total, eps, momentum, invstd_out, run_mean, run_var, update)
+            _finish(acc, out, total, eps, momentum, invstd_out[c0:c0 + cn], run_mean[c0:c0 + cn],
+                    run_var[c0:c0 + cn], update)
         return
     pitch = args.partial_pitch
     blocks = 0
@@ -104,8 +109,7 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
         part = partials[k * pitch:k * pitch + channels]
         for c in range(channels):
             var_row[c] += part[c]
-    for c in range(channels):
-        _finish(c, var_row[c], mean_row[c], total, eps, momentum, invstd_out, run_mean, run_var, update)
+    _finish(var_row, mean_row, total, eps, momentum, invstd_out, run_mean, run_var, update)
 
 
 #: The same function on the thread pool, and run inline for problems too small to pay for a launch;

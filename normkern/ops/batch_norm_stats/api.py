@@ -11,7 +11,7 @@ from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
 from tiling.batch_norm_stats import supported_dtypes
 
 from ... import _config
-from ..._dtypes import kernel_view
+from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ...errors import DeterminismError, InvalidParameterError, NullPointerError, TilingError, UnsupportedError
 from . import kernel
@@ -40,7 +40,7 @@ def _check_array(name: str, value) -> np.ndarray:
 
 def _check_output(name: str, value: np.ndarray, channels: int) -> None:
     if value.dtype != np.float32:
-        raise InvalidParameterError(OP, name, "dtype must be float32", value.dtype.name)
+        raise InvalidParameterError(OP, name, "dtype must be float32", dtype_name(value.dtype))
     if value.shape != (channels,):
         raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
     if not value.flags.writeable:
@@ -76,12 +76,12 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     if not allowed:
         raise UnsupportedError(OP, "soc", f"must support aclnnBatchNormStats (CANN has no kernel for "
                                f"{spec.product})", spec.name)
-    if x.dtype.name not in allowed:
+    if dtype_name(x.dtype) not in allowed:
         raise InvalidParameterError(OP, "input", f"dtype must be one of {', '.join(allowed)} on {spec.name}",
-                                    x.dtype.name)
+                                    dtype_name(x.dtype))
     for name, value in (("mean", mean), ("invstd", invstd)):
         if value is not None and _check_array(name, value).dtype != np.float32:
-            raise InvalidParameterError(OP, name, "dtype must be float32", value.dtype.name)
+            raise InvalidParameterError(OP, name, "dtype must be float32", dtype_name(value.dtype))
     if not 2 <= x.ndim <= 8:
         raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {x.ndim} (shape {x.shape})")
     channels = x.shape[1]
@@ -98,7 +98,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
                                      or arrival_seed < 0):
         raise InvalidParameterError(OP, "arrival_seed", "must be a non-negative int or None", repr(arrival_seed))
     try:
-        plan = tiling.plan_batch_norm_stats(x.shape, x.dtype.name, spec, forced)
+        plan = tiling.plan_batch_norm_stats(x.shape, dtype_name(x.dtype), spec, forced)
     except tiling.TilingError as exc:
         raise TilingError(OP, str(exc)) from exc
     if want_deterministic and not plan.deterministic:
