@@ -23,6 +23,7 @@ _KERNEL_VIEW = {FLOAT32: FLOAT32, FLOAT16: np.dtype(np.uint16), BFLOAT16: np.dty
 
 
 _NAMES = {FLOAT32: "float32", FLOAT16: "float16", BFLOAT16: "bfloat16"}
+DTYPE_BY_NAME = {name: dtype for dtype, name in _NAMES.items()}
 
 
 def dtype_name(dtype) -> str:

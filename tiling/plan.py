@@ -92,13 +92,15 @@ class Plan:
     def kernel_args(self):
         raise NotImplementedError
 
+    def memo(self, key: str, factory):
+        """``factory()`` computed once per plan object (plans are cached, so once per problem)."""
+        cache = self.__dict__.setdefault("_memo", {})
+        if key not in cache:
+            cache[key] = factory()
+        return cache[key]
+
     def cached_kernel_args(self):
-        """``kernel_args()`` built once per plan object (plans are cached, so once per problem)."""
-        cached = self.__dict__.get("_kernel_args")
-        if cached is None:
-            cached = self.kernel_args()
-            object.__setattr__(self, "_kernel_args", cached)
-        return cached
+        return self.memo("kernel_args", self.kernel_args)
 
     def summary_ub(self) -> str:
         """The UB part of ``str(plan)``; subclasses describe their blocks."""

@@ -60,6 +60,14 @@ class SocSpec:
         if self.system_workspace_bytes < 0:
             raise ValueError(f"SocSpec {self.name!r}: system_workspace_bytes must be >= 0")
 
+    def __hash__(self) -> int:
+        # Plans are cached by SoC: hash the fields once, not on every planner call.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @property
     def vreg_lanes_f32(self) -> int:
         """float32 lanes of one vector register (64 on every Ascend SoC)."""

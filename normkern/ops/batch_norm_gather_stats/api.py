@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
@@ -11,7 +12,7 @@ from tiling import GatherStatsStrategy
 from tiling.batch_norm_gather_stats import supported_dtypes
 
 from ... import _config
-from ..._dtypes import dtype_name
+from ..._dtypes import DTYPE_BY_NAME, dtype_name
 from ..._executor import Executor
 from ...errors import InvalidParameterError, NullPointerError, TilingError, UnsupportedError
 from . import kernel
@@ -30,6 +31,24 @@ def _f32_buffer(target, copy=False):
     if target.dtype == F32 and target.flags.c_contiguous:
         return target
     return target.astype(F32) if copy else np.empty(target.shape, F32)
+
+
+@functools.cache
+def _allowed_dtypes(names: tuple[str, ...]) -> frozenset:
+    return frozenset(np.dtype(DTYPE_BY_NAME[name]) for name in names)
+
+
+def _inline_args(plan):
+    """Kernel arguments for a run without the thread pool.
+
+    A channel-split plan adds each channel's devices in device order whatever the core boundaries,
+    so one sweep over all channels gives the same bits as the plan's cores one after another.
+    Device-split plans keep their blocks: there the block boundaries are the order.
+    """
+    args = plan.cached_kernel_args()
+    if args.split_n:
+        return args
+    return args._replace(core_start=np.zeros(1, np.int64), core_count=np.array([args.c], np.int64))
 
 
 def _array(name, value):
@@ -73,10 +92,12 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
                                f"kernel for {spec.product})", spec.name)
     tensors = [("input", input), ("mean", mean), ("invstd", invstd), ("runningMean", running_mean),
                ("runningVar", running_var), ("counts", counts), ("meanAll", mean_all), ("invstdAll", invstd_all)]
+    allowed_dtypes = _allowed_dtypes(allowed)
     for name, value in tensors:
-        if value is not None and dtype_name(_array(name, value).dtype) not in allowed:
-            raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(allowed)} on {spec.name}",
-                                        dtype_name(value.dtype))
+        if value is not None and (type(value) is not np.ndarray or value.dtype not in allowed_dtypes):
+            if dtype_name(_array(name, value).dtype) not in allowed:
+                raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(allowed)} on {spec.name}",
+                                            dtype_name(value.dtype))
     if not 2 <= input.ndim <= 8:
         raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {input.ndim} (shape {input.shape})")
     channels = input.shape[1]
@@ -134,9 +155,12 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         update = running_mean is not None
         rm = _f32_buffer(running_mean, copy=True) if update else _NO_RUNNING
         rv = _f32_buffer(running_var, copy=True) if update else _NO_RUNNING
-        launch = kernel.gather_stats if mean.size >= PARALLEL_MIN_ELEMENTS else kernel.gather_stats_inline
+        if mean.size >= PARALLEL_MIN_ELEMENTS:
+            launch, args = kernel.gather_stats, plan.cached_kernel_args()
+        else:
+            launch, args = kernel.gather_stats_inline, plan.memo("inline_args", lambda: _inline_args(plan))
         launch(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32), np.ascontiguousarray(counts, F32),
-               workspace, plan.cached_kernel_args(), eps32, momentum32, m32, s32, rm, rv, update)
+               workspace, args, eps32, momentum32, m32, s32, rm, rv, update)
         for target, result in ((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)):
             if target is not None and target is not result:
                 target[...] = result.astype(target.dtype)
