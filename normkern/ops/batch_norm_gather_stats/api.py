@@ -116,7 +116,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
                         ("meanAll", mean_all), ("invstdAll", invstd_all)):
         if value is not None and value.shape != (channels,):
             raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
-        if value is not None and not value.flags.writeable and name != "counts":
+        if value is not None and not value.flags.writeable:
             raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
     if (running_mean is None) != (running_var is None):
         missing = "runningVar" if running_var is None else "runningMean"
