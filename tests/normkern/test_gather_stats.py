@@ -242,3 +242,20 @@ def test_aclnn_null_output_status():
     assert (status, size, executor) == (161001, 0, None)
     assert aclnn.aclGetRecentErrMsg() == \
         "[batch_norm_gather_stats_with_counts] meanAll must not be None (null pointer), got None"
+
+
+def test_read_only_running_statistics_are_refused_before_anything_is_written():
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    rv.flags.writeable = False
+    out = (np.full(3, np.nan, np.float32), np.full(3, np.nan, np.float32))
+    with pytest.raises(normkern.InvalidParameterError,
+                       match=r"\[batch_norm_gather_stats_with_counts\] runningVar must be writeable, got a read-only"):
+        normkern.batch_norm_gather_stats_with_counts(X, M, S, rm, rv, 0.1, 1e-5, W, out=out)
+    assert np.array_equal(rm, np.zeros(3)) and np.isnan(out[0]).all()
+
+
+def test_out_arrays_of_another_dtype_receive_the_rounded_result():
+    out = (np.empty(3, np.float16), np.empty(3, np.float16))
+    expected = normkern.batch_norm_gather_stats_with_counts(X, M, S, None, None, 0.1, 1e-5, W)
+    got = normkern.batch_norm_gather_stats_with_counts(X, M, S, None, None, 0.1, 1e-5, W, out=out)
+    assert got[0] is out[0] and np.array_equal(out[1], expected[1].astype(np.float16))
