@@ -189,8 +189,10 @@ class BatchNormStatsPlan(Plan):
         items = self.c if self.strategy is BatchNormStatsStrategy.SPLIT_C else self.rows_per_channel
         if self.core_split.total != items:
             raise ValueError(f"core split covers {self.core_split.total} items, expected {items}")
-        if self.block_split.total != self.core_split.big_items and self.strategy is not BatchNormStatsStrategy.SPLIT_C:
-            raise ValueError("block split does not cover the largest core's rows")
+        rows_per_core = self.rows_per_channel if self.strategy is BatchNormStatsStrategy.SPLIT_C \
+            else self.core_split.big_items
+        if self.block_split.total != rows_per_core or self.block_split.block_items > self.rows_per_block:
+            raise ValueError("block split does not cover the largest core's rows in UB-sized blocks")
         if self.strategy is not BatchNormStatsStrategy.SPLIT_C:
             for name in ("sum_partials", "sqdev_partials"):
                 if self.workspace.region(name).shape != (self.block_dim, self.c):

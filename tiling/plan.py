@@ -141,7 +141,8 @@ class Plan:
             elif f.name == "tree":
                 for level in value.levels:
                     rows.append((f"tree.{level.name}", f"{level.combine.value} x{level.fan_in}", level.detail))
-                rows.append(("tree.lane_order", value.lane_order.value, ""))
+                if any(level.name == "lanes" for level in value.levels):
+                    rows.append(("tree.lane_order", value.lane_order.value, ""))
             elif f.name == "workspace":
                 rows.append(("workspace.system", str(value.system_bytes), "bytes reserved for the runtime"))
                 rows.append(("workspace.user", str(value.user_bytes), "bytes the kernel uses"))
