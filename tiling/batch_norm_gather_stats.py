@@ -21,8 +21,8 @@ priority    template               capable when                             spli
 buffer and the BRCB buffer fit. Workspace: ``coreNum * 4 + 16 MiB`` (channel split),
 ``(blockNum + 2) * cAlignM * 4 + 4 * coreNum + 16 MiB`` (first_axis_common) or ``(blockNum + 2) *
 cAlignV * 4 + 16 MiB`` (first_axis_workspace). ``tiling_data`` lists the TilingData fields in the
-order the host code sets them (the ``*_tiling.h`` struct itself is not in the public snapshot we
-read; momentum and eps, which it also carries, are call attributes, not part of a plan).
+order of the TilingData structs in ``sync_batch_norm_gather_stats_fused_tiling.h`` (momentum and eps,
+which the structs also carry, are call attributes, not part of a plan).
 
 On A2/A3 and Atlas training the kernel is closed TBE: the same templates serve as a documented
 model (``source="modeled"``, ``tiling_key`` None) with those SoCs' cores, UB and system workspace;
@@ -76,6 +76,24 @@ class GatherStatsStrategy(enum.Enum):
 _TEMPLATE_KEY = {GatherStatsStrategy.COMMON: 1, GatherStatsStrategy.WORKSPACE: 2,
                  GatherStatsStrategy.FIRST_AXIS_COMMON: 3, GatherStatsStrategy.FIRST_AXIS_WORKSPACE: 4}
 FIRST_AXIS = (GatherStatsStrategy.FIRST_AXIS_COMMON, GatherStatsStrategy.FIRST_AXIS_WORKSPACE)
+#: The integer fields of each template's TilingData struct, in the order of
+#: ``sync_batch_norm_gather_stats_fused_tiling.h`` (each struct ends with the floats momentum and eps,
+#: which are call attributes rather than part of a plan).
+TILING_DATA_FIELDS = {
+    GatherStatsStrategy.COMMON: (
+        "nLength", "cLength", "cFormerAlignV_", "cFormerAlignM_", "cTailAlignV_", "cTailAlignM_", "blockFormer",
+        "blockNum", "blockTail", "ubFormer", "ubLoop", "ubTail", "wholeBufferByteSize", "nBufferByteSize",
+        "cBufferByteSize", "nBrcbBufferByteSize", "wholeBufferElemNums"),
+    GatherStatsStrategy.WORKSPACE: (
+        "nLength", "cLength", "blockFormer", "blockNum", "blockTail", "ubFormerOfFormer", "ubTailOfFormer",
+        "ubLoopOfFormer", "ubFormerOfTail", "ubTailOfTail", "ubLoopOfTail"),
+    GatherStatsStrategy.FIRST_AXIS_COMMON: (
+        "nLength", "cLength", "cAlignV", "cAlignM", "blockFormer", "blockNum", "blockTail", "ubFormer",
+        "ubLoopOfFormerBlock", "ubLoopOfTailBlock", "ubTailOfFormerBlock", "ubTailOfTailBlock",
+        "wholeBufferByteSize", "nBufferByteSize", "cBufferByteSize", "nBrcbBufferByteSize", "wholeBufferElemNums"),
+    GatherStatsStrategy.FIRST_AXIS_WORKSPACE: (
+        "nLength", "cLength", "cAlignV", "blockFormer", "blockNum", "blockTail", "ubFormer", "ubTail", "ubLoop"),
+}
 
 
 class GatherStatsArgs(NamedTuple):
@@ -155,9 +173,6 @@ def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> 
             loop = _ceil_div(items, former)
             td.update({f"ubFormerOf{part}": former, f"ubTailOf{part}": items - (loop - 1) * former,
                        f"ubLoopOf{part}": loop})
-        td = {k: td[k] for k in ("nLength", "cLength", "blockFormer", "blockNum", "blockTail",
-                                 "ubFormerOfFormer", "ubTailOfFormer", "ubLoopOfFormer",
-                                 "ubFormerOfTail", "ubTailOfTail", "ubLoopOfTail")}
     elif strategy is GatherStatsStrategy.FIRST_AXIS_COMMON:
         align_v = _ceil_div(c, 8) * 8
         align_m = _ceil_div(c, 16) * 16 if half else align_v
@@ -178,7 +193,7 @@ def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> 
         ub_loop = _ceil_div(c, ub_former)
         td.update({"cAlignV": align_v, "ubFormer": ub_former, "ubTail": c - (ub_loop - 1) * ub_former,
                    "ubLoop": ub_loop})
-    return td
+    return {field: td[field] for field in TILING_DATA_FIELDS[strategy]}
 
 
 def _workspace_user_bytes(problem: GatherStatsProblem, strategy, td: dict[str, int]) -> int:

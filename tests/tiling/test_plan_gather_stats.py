@@ -90,3 +90,13 @@ def test_every_plan_is_consistent(n, c, dtype, soc, strategy):
     td = plan.tiling_data
     assert (td["blockNum"] - 1) * td["blockFormer"] + td["blockTail"] == axis
     assert plan.deterministic
+
+
+def test_tiling_data_fields_follow_the_struct_order():
+    from tiling.batch_norm_gather_stats import TILING_DATA_FIELDS
+
+    for (n, c), strategy in (((8, 2048), "common"), ((8, 2048), "workspace"), ((300, 64), "first_axis_common"),
+                             ((300, 64), "first_axis_workspace")):
+        plan = plan_batch_norm_gather_stats_with_counts(n, c, "float32", "Ascend950", strategy)
+        assert tuple(plan.tiling_data) == TILING_DATA_FIELDS[plan.strategy]
+    assert tuple(TILING_DATA_FIELDS[G.FIRST_AXIS_WORKSPACE])[:4] == ("nLength", "cLength", "cAlignV", "blockFormer")
