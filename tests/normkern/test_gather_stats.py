@@ -197,10 +197,11 @@ M, S, W = _stats(2, 3)
      "[batch_norm_gather_stats_with_counts] runningVar must be given when the other running statistic is, got None"),
     (dict(momentum="0.1"), 161002, "[batch_norm_gather_stats_with_counts] momentum must be a real number, got '0.1'"),
     (dict(momentum=1.5, soc="Ascend950"), 561002,
-     "[batch_norm_gather_stats_with_counts] momentum must be in [0, 1] (SyncBatchNormGatherStatsFused tiling), "
-     "got 1.5"),
-    (dict(eps=0.0, soc="Ascend950"), 561002,
-     "[batch_norm_gather_stats_with_counts] eps must be > 0 (SyncBatchNormGatherStatsFused tiling), got 0.0"),
+     "[batch_norm_gather_stats_with_counts] momentum must be in range [0, 1] (SyncBatchNormGatherStatsFused "
+     "tiling), got 1.5"),
+    (dict(eps=1e-50, soc="Ascend950"), 561002,  # positive as a double, 0 as the float the tiling reads
+     "[batch_norm_gather_stats_with_counts] eps must be positive as a float32 (SyncBatchNormGatherStatsFused "
+     "tiling), got 1e-50"),
     (dict(invstd=S.astype(np.float16), soc="Ascend950"), 561002,
      "[batch_norm_gather_stats_with_counts] invstd dtype must equal mean's (float32) on Ascend950, got float16"),
     (dict(strategy="fast"), 161002,

@@ -125,15 +125,17 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     momentum = _real("momentum", momentum)
     eps = _real("eps", eps)
     if spec.arch == "DAV_3510":
-        if not 0.0 <= momentum <= 1.0:
-            raise TilingError(OP, f"[{OP}] momentum must be in [0, 1] (SyncBatchNormGatherStatsFused tiling), "
-                              f"got {momentum}")
-        if not eps > 0.0:
-            raise TilingError(OP, f"[{OP}] eps must be > 0 (SyncBatchNormGatherStatsFused tiling), got {eps}")
+        # The fused kernel's tiling, in its order: dtypes, then the attributes as float32.
         for name, value in (("invstd", invstd), ("runningMean", running_mean), ("runningVar", running_var)):
             if value is not None and value.dtype != mean.dtype:
                 raise TilingError(OP, f"[{OP}] {name} dtype must equal mean's ({dtype_name(mean.dtype)}) on "
                                   f"{spec.name}, got {dtype_name(value.dtype)}")
+        if not F32(0.0) <= F32(momentum) <= F32(1.0):
+            raise TilingError(OP, f"[{OP}] momentum must be in range [0, 1] (SyncBatchNormGatherStatsFused "
+                              f"tiling), got {momentum}")
+        if not F32(eps) > F32(0.0):
+            raise TilingError(OP, f"[{OP}] eps must be positive as a float32 (SyncBatchNormGatherStatsFused "
+                              f"tiling), got {eps}")
     forced = _parse_strategy(strategy)
     try:
         plan = tiling.plan_batch_norm_gather_stats_with_counts(mean.shape[0], channels, dtype_name(mean.dtype), spec,
