@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import numbers
 
 import numpy as np
 
@@ -12,6 +11,7 @@ from tiling import GatherStatsStrategy
 from tiling.batch_norm_gather_stats import supported_dtypes
 
 from ... import _config
+from ..._checks import check_array, check_real, parse_strategy
 from ..._dtypes import DTYPE_BY_NAME, dtype_name
 from ..._executor import Executor
 from ...errors import InvalidParameterError, NullPointerError, TilingError, UnsupportedError
@@ -51,30 +51,6 @@ def _inline_args(plan):
     return args._replace(core_start=np.zeros(1, np.int64), core_count=np.array([args.c], np.int64))
 
 
-def _array(name, value):
-    if not isinstance(value, np.ndarray):
-        raise InvalidParameterError(OP, name, "must be a numpy.ndarray", type(value).__name__)
-    return value
-
-
-def _real(name, value):
-    if type(value) is float:  # the common case, without the slower ABC check
-        return value
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        raise InvalidParameterError(OP, name, "must be a real number", repr(value))
-    return float(value)
-
-
-def _parse_strategy(strategy):
-    if strategy is None or isinstance(strategy, GatherStatsStrategy):
-        return strategy
-    try:
-        return GatherStatsStrategy(strategy)
-    except ValueError:
-        names = ", ".join(s.value for s in GatherStatsStrategy)
-        raise InvalidParameterError(OP, "strategy", f"must be one of {names}", repr(strategy)) from None
-
-
 def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
             soc=None, strategy=None, outputs_required=True) -> Executor:
     """All checks in the op_api order: null (161001), dtype, shape (161002); the 950 tiling's own
@@ -95,7 +71,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     allowed_dtypes = _allowed_dtypes(allowed)
     for name, value in tensors:
         if value is not None and (type(value) is not np.ndarray or value.dtype not in allowed_dtypes):
-            if dtype_name(_array(name, value).dtype) not in allowed:
+            if dtype_name(check_array(OP, name, value).dtype) not in allowed:
                 raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(allowed)} on {spec.name}",
                                             dtype_name(value.dtype))
     if not 2 <= input.ndim <= 8:
@@ -122,8 +98,8 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         missing = "runningVar" if running_var is None else "runningMean"
         raise InvalidParameterError(OP, missing, "must be given when the other running statistic is",
                                     None)
-    momentum = _real("momentum", momentum)
-    eps = _real("eps", eps)
+    momentum = check_real(OP, "momentum", momentum)
+    eps = check_real(OP, "eps", eps)
     if spec.arch == "DAV_3510":
         # The fused kernel's tiling, in its order: dtypes, then the attributes as float32.
         for name, value in (("invstd", invstd), ("runningMean", running_mean), ("runningVar", running_var)):
@@ -136,7 +112,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         if not F32(eps) > F32(0.0):
             raise TilingError(OP, f"[{OP}] eps must be positive as a float32 (SyncBatchNormGatherStatsFused "
                               f"tiling), got {eps}")
-    forced = _parse_strategy(strategy)
+    forced = parse_strategy(OP, GatherStatsStrategy, strategy)
     try:
         plan = tiling.plan_batch_norm_gather_stats_with_counts(mean.shape[0], channels, dtype_name(mean.dtype), spec,
                                                                forced)

@@ -11,6 +11,7 @@ from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
 from tiling.batch_norm_stats import supported_dtypes
 
 from ... import _config
+from ..._checks import check_array, check_real, parse_strategy
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ...errors import DeterminismError, InvalidParameterError, NullPointerError, TilingError, UnsupportedError
@@ -32,12 +33,6 @@ def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarr
     return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)
 
 
-def _check_array(name: str, value) -> np.ndarray:
-    if not isinstance(value, np.ndarray):
-        raise InvalidParameterError(OP, name, "must be a numpy.ndarray", type(value).__name__)
-    return value
-
-
 def _check_output(name: str, value: np.ndarray, channels: int) -> None:
     if value.dtype != np.float32:
         raise InvalidParameterError(OP, name, "dtype must be float32", dtype_name(value.dtype))
@@ -45,16 +40,6 @@ def _check_output(name: str, value: np.ndarray, channels: int) -> None:
         raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
     if not value.flags.writeable:
         raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
-
-
-def _parse_strategy(strategy) -> BatchNormStatsStrategy | None:
-    if strategy is None or isinstance(strategy, BatchNormStatsStrategy):
-        return strategy
-    try:
-        return BatchNormStatsStrategy(strategy)
-    except ValueError:
-        names = ", ".join(s.value for s in BatchNormStatsStrategy)
-        raise InvalidParameterError(OP, "strategy", f"must be one of {names}", repr(strategy)) from None
 
 
 def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=None,
@@ -71,7 +56,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
             if value is None:
                 raise NullPointerError(OP, name, "must not be None (null pointer)", None)
     spec = _config.resolve_soc(soc, OP)
-    x = _check_array("input", input)
+    x = check_array(OP, "input", input)
     allowed = supported_dtypes(spec)
     if not allowed:
         raise UnsupportedError(OP, "soc", f"must support aclnnBatchNormStats (CANN has no kernel for "
@@ -80,7 +65,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
         raise InvalidParameterError(OP, "input", f"dtype must be one of {', '.join(allowed)} on {spec.name}",
                                     dtype_name(x.dtype))
     for name, value in (("mean", mean), ("invstd", invstd)):
-        if value is not None and _check_array(name, value).dtype != np.float32:
+        if value is not None and check_array(OP, name, value).dtype != np.float32:
             raise InvalidParameterError(OP, name, "dtype must be float32", dtype_name(value.dtype))
     if not 2 <= x.ndim <= 8:
         raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {x.ndim} (shape {x.shape})")
@@ -90,9 +75,8 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     for name, value in (("mean", mean), ("invstd", invstd)):
         if value is not None:
             _check_output(name, value, channels)
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
-        raise InvalidParameterError(OP, "eps", "must be a real number", repr(eps))
-    forced = _parse_strategy(strategy)
+    check_real(OP, "eps", eps)
+    forced = parse_strategy(OP, BatchNormStatsStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     if arrival_seed is not None and (not isinstance(arrival_seed, numbers.Integral) or isinstance(arrival_seed, bool)
                                      or arrival_seed < 0):
