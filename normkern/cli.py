@@ -20,7 +20,8 @@ def _plan_gather(shape, dtype, soc, strategy):
 
 #: ``--shape`` is the input's shape, or for the gather op the (D, C) shape of ``mean``.
 PLANNERS = {"batch_norm_stats": tiling.plan_batch_norm_stats,
-            "batch_norm_gather_stats_with_counts": _plan_gather}
+            "batch_norm_gather_stats_with_counts": _plan_gather,
+            "fast_batch_norm_backward": tiling.plan_fast_batch_norm_backward}
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -45,6 +46,9 @@ def _cmd_socs(args) -> int:
 
 
 def _plan(args):
+    if args.op == "fast_batch_norm_backward":
+        return tiling.plan_fast_batch_norm_backward(args.shape, args.dtype, args.soc, args.strategy,
+                                                    training=not args.inference)
     return PLANNERS[args.op](args.shape, args.dtype, args.soc, args.strategy)
 
 
@@ -110,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("--strategy", default=None)
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
         cmd.set_defaults(func=func)
+        if name == "plan":
+            cmd.add_argument("--inference", action="store_true", help="fast_batch_norm_backward: training=False")
         if name == "run":
             cmd.add_argument("--eps", type=float, default=1e-5)
             cmd.add_argument("--repeat", type=int, default=10)

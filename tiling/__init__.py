@@ -15,6 +15,11 @@ from .batch_norm_stats import (
     BatchNormStatsStrategy,
     plan_batch_norm_stats,
 )
+from .fast_batch_norm_backward import (
+    FastBatchNormBackwardPlan,
+    FastBatchNormBackwardStrategy,
+    plan_fast_batch_norm_backward,
+)
 from .plan import SCHEMA_VERSION, Plan, Rejection, Strategy, StrategyRegistry, TilingError
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import DEFAULT_SOC, SocSpec, get_soc, host_soc, soc_names
@@ -22,6 +27,7 @@ from .split import Split, SplitKind
 from .workspace import Region, WorkspaceLayout
 
 __all__ = [
+    "FastBatchNormBackwardPlan", "FastBatchNormBackwardStrategy", "plan_fast_batch_norm_backward",
     "GatherStatsArgs", "GatherStatsPlan", "GatherStatsStrategy", "plan_batch_norm_gather_stats_with_counts",
     "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",
     "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",

@@ -44,3 +44,8 @@ def test_gather_plan_on_the_950(capsys):
     out = capsys.readouterr().out
     assert out.startswith("batch_norm_gather_stats_with_counts[common] Ascend950 key=101 cores=64")
     assert re.search(r"^tiling_data.ubFormer +835$", out, re.M)
+
+
+def test_fast_batch_norm_backward_plan(capsys):
+    assert main(["plan", "fast_batch_norm_backward", "--shape", "8,64,32,32", "--inference"]) == 0
+    assert capsys.readouterr().out.startswith("fast_batch_norm_backward[full_load] Ascend910B2 key=10001 cores=32")

@@ -1,0 +1,99 @@
+"""BatchNormGradV3 A2 host tiling: the worked examples of the research notes, and invariants."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tiling import FastBatchNormBackwardStrategy as S
+from tiling import Plan, TilingError, plan_fast_batch_norm_backward
+from tiling.fast_batch_norm_backward import TILING_DATA_FIELDS, preprocess
+
+MiB16 = 16 * 1024 * 1024
+
+
+def test_worked_example_full_load():
+    # bAlign = 8192 <= 12000; eachCoreChannel 2, blockDim 32; cUbBlock = (196352 - 1440) // 131216 = 1.
+    plan = plan_fast_batch_norm_backward((8, 64, 32, 32), "float32", "Ascend910B2")
+    assert (plan.strategy, plan.tiling_key, plan.block_dim) == (S.FULL_LOAD, 30001, 32)
+    td = plan.tiling_data
+    assert (td["coreChannelNum"], td["coreChannelNumTail"], td["cUbBlock"]) == (2, 2, 1)
+    assert plan.workspace.total_bytes == MiB16 and plan.source == "cann-ops-nn"
+
+
+def test_worked_example_split_load_over_n():
+    # b1Align 56, bAlign 14336; bUbBlock (196352 - 96) // 16 = 12266 -> 12264 >= 112: split N, key 40002.
+    plan = plan_fast_batch_norm_backward((256, 64, 7, 7), "float32", "Ascend910B2")
+    td = plan.tiling_data
+    assert (plan.strategy, plan.tiling_key, plan.block_dim) == (S.SPLIT_LOAD, 40002, 32)
+    assert (td["bUbBlock"], td["b0UbBlock"], td["bUbLoop"], td["b0UbBlockTail"]) == (12264, 219, 2, 37)
+
+
+def test_worked_example_cross_core():
+    # bAlign 100352 >= 20000 and 256 % 48 != 0; 5 whole channels a core, 16 left over, split N (key 40012);
+    # b0UbBlock 3; groupCore 3, groupBlockNum 11, tail 10; blockDim 48; workspace 16 MiB + 48*8*4*2.
+    plan = plan_fast_batch_norm_backward((32, 256, 56, 56), "float16", "Ascend910B2")
+    td = plan.tiling_data
+    assert (plan.strategy, plan.tiling_key, plan.block_dim) == (S.SPLIT_LOAD_CROSS_CORE, 40012, 48)
+    assert (td["coreChannelNum"], td["bUbBlock"], td["b0UbBlock"]) == (5, 12256, 3)
+    assert (td["groupCore"], td["groupBlockNum"], td["groupBlockNumTail"], td["moreMultiChannel"]) == (3, 11, 10, 1)
+    assert plan.workspace.total_bytes == MiB16 + 3072
+    assert tuple(td) == TILING_DATA_FIELDS["split_load_cross_core"]
+
+
+def test_inference_keys_and_limit():
+    # bAlign 115200, 64 % 48 != 0: cross core; bUbBlock 12264 < 2 * 14400 splits HW: 20001 + 10 + 0.
+    plan = plan_fast_batch_norm_backward((8, 64, 120, 120), "float32", "Ascend910B2", training=False)
+    assert (plan.strategy, plan.tiling_key, plan.tiling_data["bUbLoop"]) == (S.SPLIT_LOAD_CROSS_CORE, 20011, 2)
+    small = plan_fast_batch_norm_backward((1, 64, 125, 125), "float32", "Ascend910B2", training=False)
+    assert small.b_align == 15632 and small.strategy is S.FULL_LOAD and small.tiling_key == 10001
+
+
+def test_preprocessing_rules():
+    assert preprocess((2000, 4, 4, 8)) == ((1, 4, 2000 * 32), True)          # N > 1000, C > 1, HW <= 32
+    assert preprocess((2000, 4, 4, 9)) == ((2000, 4, 36), False)
+    assert preprocess((5, 3)) == ((5, 3, 1), False)                          # rank 2 viewed as (N, C, 1, 1)
+    assert preprocess((2, 3, 4, 5, 6, 7)) == ((2, 3, 840), False)            # rank 6 viewed as 5-D
+    folded = plan_fast_batch_norm_backward((8, 1, 10, 10), "float32", "Ascend910B2")
+    assert (folded.b0, folded.a, folded.b1) == (1, 1, 800)                   # A == 1 folds B0 into B1
+
+
+def test_channel_split_uses_float32_ceil():
+    """eachCoreChannel = ceil(float(C) / cores) in float32, as the C++ computes it."""
+    plan = plan_fast_batch_norm_backward((1, 2**24 + 1, 1, 1), "float32", "Ascend910B2", "split_load")
+    assert (plan.tiling_data["coreChannelNum"], plan.tiling_data["needCoreNum"]) == (349526, 48)
+    # C = 48 * 349526 + 1 rounds down to 48 * 349526 in float32: the host code then hands the last
+    # core 349527 channels, one more than the others. We refuse that tiling rather than reproduce it.
+    with pytest.raises(TilingError, match="float32 channel split gives a tail of 349527 for 349526 per core"):
+        plan_fast_batch_norm_backward((1, 48 * 349526 + 1, 1, 1), "float32", "Ascend910B2", "split_load")
+
+
+def test_unsupported_socs_and_dtypes():
+    with pytest.raises(TilingError, match="only on Atlas A2/A3"):
+        plan_fast_batch_norm_backward((8, 64, 7, 7), "float32", "Ascend950")
+    with pytest.raises(TilingError, match=r"\(float32, float16, float16\) are not a supported combination"):
+        plan_fast_batch_norm_backward((8, 64, 7, 7), "float32", "Ascend910B2", weight_dtype="float16")
+    mixed = plan_fast_batch_norm_backward((8, 64, 7, 7), "bfloat16", "Ascend910B2", weight_dtype="float32")
+    assert mixed.weight_dtype == "float32"
+    host = plan_fast_batch_norm_backward((8, 64, 7, 7), "float32", "host")
+    assert host.source == "modeled" and host.tiling_key is None and host.workspace.system_bytes == 0
+
+
+@given(st.lists(st.integers(1, 600), min_size=2, max_size=5).map(tuple),
+       st.sampled_from(["float32", "float16", "bfloat16"]), st.booleans(),
+       st.sampled_from(["Ascend910B2", "Ascend910B4", "host"]))
+def test_every_plan_is_consistent(shape, dtype, training, soc):
+    plan = plan_fast_batch_norm_backward(shape, dtype, soc, training=training)
+    assert Plan.from_json(plan.to_json()) == plan
+    assert tuple(plan.tiling_data) == TILING_DATA_FIELDS[plan.strategy.value]
+    assert 1 <= plan.block_dim <= plan.soc.vector_cores
+    if plan.source == "cann-ops-nn":
+        base = {True: (30001, 40001), False: (10001, 20001)}[training]
+        allowed = {base[0]} | {base[1] + k for k in (0, 1, 10, 11)}
+        assert plan.tiling_key in allowed
+    td = plan.tiling_data
+    if plan.strategy is not S.SPLIT_LOAD_CROSS_CORE:
+        assert (td["needCoreNum"] - 1) * td["coreChannelNum"] + td["coreChannelNumTail"] == plan.a
+    if plan.strategy is S.SPLIT_LOAD and td["b0UbBlock"] > 1:
+        assert (td["bUbLoop"] - 1) * td["b0UbBlock"] + td["b0UbBlockTail"] == plan.b0
+    elif plan.strategy is S.SPLIT_LOAD:
+        assert (td["bUbLoop"] - 1) * td["bUbBlock"] + td["bUbBlockTail"] == plan.b1
