@@ -209,8 +209,8 @@ class BatchNormStatsPlan(Plan):
 
     def explain_rows(self):
         rows = super().explain_rows()
-        rows.append(("ub_bytes_used", str(self.ub_bytes_used), "UB bytes one block occupies [bytes]"))
-        rows.extend(("note", "", text) for text in self.explain_notes)
+        rows.insert(-1 - len(self.explain_notes),
+                    ("ub_bytes_used", str(self.ub_bytes_used), "UB bytes one block occupies [bytes]"))
         return rows
 
     def kernel_args(self) -> BatchNormStatsArgs:

@@ -289,11 +289,6 @@ class FastBatchNormBackwardPlan(Plan):
             return f"{td['cUbBlock']}ch {self.dtype}"
         return f"bUbBlock={td['bUbBlock']} {self.dtype}"
 
-    def explain_rows(self):
-        rows = super().explain_rows()
-        rows.extend(("note", "", text) for text in self.explain_notes)
-        return rows
-
     def kernel_args(self) -> FastBatchNormBackwardArgs:
         return FastBatchNormBackwardArgs(self.b0, self.a, self.b1,
                                          np.array(list(self.tiling_data.values()), np.int64))

@@ -50,6 +50,8 @@ class Rejection:
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     op: ClassVar[str] = ""
+    #: Sentences ``explain()`` appends: what the fields alone do not say.
+    explain_notes: ClassVar[tuple[str, ...]] = ()
     _registry: ClassVar[dict[str, type[Plan]]] = {}
 
     soc: SocSpec
@@ -159,6 +161,7 @@ class Plan:
                 shown = value.value if isinstance(value, enum.Enum) else value
                 rows.append((f.name, str(shown), meaning))
         rows.append(("deterministic", str(self.deterministic), "derived from the reduction tree"))
+        rows.extend(("note", "", text) for text in self.explain_notes)
         return rows
 
     def explain(self) -> str:
