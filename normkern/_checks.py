@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-from .errors import InvalidParameterError
+from .errors import InvalidParameterError, NullPointerError, UnsupportedError
 
 
 def check_array(op: str, name: str, value) -> np.ndarray:
@@ -33,3 +33,41 @@ def parse_strategy(op: str, strategy_enum: type[enum.Enum], strategy):
     except ValueError:
         names = ", ".join(s.value for s in strategy_enum)
         raise InvalidParameterError(op, "strategy", f"must be one of {names}", repr(strategy)) from None
+
+
+def check_not_null(op: str, named: tuple[tuple[str, object], ...]) -> None:
+    """ACLNN_ERR_PARAM_NULLPTR for the first required tensor that is None."""
+    for name, value in named:
+        if value is None:
+            raise NullPointerError(op, name, "must not be None (null pointer)", None)
+
+
+def check_supported(op: str, aclnn_name: str, spec, allowed: tuple[str, ...]) -> None:
+    """561003 when CANN has no kernel for this op on ``spec`` (its dtype list is empty)."""
+    if not allowed:
+        raise UnsupportedError(op, "soc", f"must support {aclnn_name} (CANN has no kernel for {spec.product})",
+                               spec.name)
+
+
+def check_rank(op: str, name: str, x: np.ndarray, low: int = 2, high: int = 8) -> None:
+    if not low <= x.ndim <= high:
+        raise InvalidParameterError(op, name, f"must have rank {low} to {high}", f"rank {x.ndim} (shape {x.shape})")
+
+
+def check_channel_vector(op: str, name: str, value, channels: int) -> None:
+    """A (C,) tensor the op writes: the shape rule, then writeability."""
+    if value is None:
+        return
+    if value.shape != (channels,):
+        raise InvalidParameterError(op, name, f"shape must be (C,) = ({channels},)", value.shape)
+    if not value.flags.writeable:
+        raise InvalidParameterError(op, name, "must be writeable", "a read-only array")
+
+
+def unpack_out(op: str, out, names: str) -> tuple:
+    """``out=`` of the Pythonic layer: None, or a pair of preallocated arrays."""
+    if out is None:
+        return None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise InvalidParameterError(op, "out", f"must be a ({names}) pair of arrays", repr(type(out)))
+    return tuple(out)

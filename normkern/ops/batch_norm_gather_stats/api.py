@@ -11,10 +11,19 @@ from tiling import GatherStatsStrategy
 from tiling.batch_norm_gather_stats import supported_dtypes
 
 from ... import _config
-from ..._checks import check_array, check_real, parse_strategy
+from ..._checks import (
+    check_array,
+    check_channel_vector,
+    check_not_null,
+    check_rank,
+    check_real,
+    check_supported,
+    parse_strategy,
+    unpack_out,
+)
 from ..._dtypes import DTYPE_BY_NAME, dtype_name
 from ..._executor import Executor
-from ...errors import InvalidParameterError, NullPointerError, TilingError, UnsupportedError
+from ...errors import InvalidParameterError, TilingError
 from . import kernel
 
 OP = "batch_norm_gather_stats_with_counts"
@@ -55,17 +64,11 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
             soc=None, strategy=None, outputs_required=True) -> Executor:
     """All checks in the op_api order: null (161001), dtype, shape (161002); the 950 tiling's own
     checks (momentum in [0, 1], eps > 0, invstd and running dtypes equal to mean's) give 561002."""
-    required = [("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts)]
-    if outputs_required:
-        required += [("meanAll", mean_all), ("invstdAll", invstd_all)]
-    for name, value in required:
-        if value is None:
-            raise NullPointerError(OP, name, "must not be None (null pointer)", None)
+    check_not_null(OP, (("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts))
+                   + ((("meanAll", mean_all), ("invstdAll", invstd_all)) if outputs_required else ()))
     spec = _config.resolve_soc(soc, OP)
     allowed = supported_dtypes(spec)
-    if not allowed:
-        raise UnsupportedError(OP, "soc", f"must support aclnnBatchNormGatherStatsWithCounts (CANN has no "
-                               f"kernel for {spec.product})", spec.name)
+    check_supported(OP, "aclnnBatchNormGatherStatsWithCounts", spec, allowed)
     tensors = [("input", input), ("mean", mean), ("invstd", invstd), ("runningMean", running_mean),
                ("runningVar", running_var), ("counts", counts), ("meanAll", mean_all), ("invstdAll", invstd_all)]
     allowed_dtypes = _allowed_dtypes(allowed)
@@ -74,8 +77,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
             if dtype_name(check_array(OP, name, value).dtype) not in allowed:
                 raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(allowed)} on {spec.name}",
                                             dtype_name(value.dtype))
-    if not 2 <= input.ndim <= 8:
-        raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {input.ndim} (shape {input.shape})")
+    check_rank(OP, "input", input)
     channels = input.shape[1]
     for name, value in (("mean", mean), ("invstd", invstd)):
         if value.ndim != 2:
@@ -90,10 +92,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
             raise InvalidParameterError(OP, name, f"dim 1 must equal input's C={channels}", value.shape[1])
     for name, value in (("runningMean", running_mean), ("runningVar", running_var),
                         ("meanAll", mean_all), ("invstdAll", invstd_all)):
-        if value is not None and value.shape != (channels,):
-            raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
-        if value is not None and not value.flags.writeable:
-            raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
+        check_channel_vector(OP, name, value, channels)
     if (running_mean is None) != (running_var is None):
         missing = "runningVar" if running_var is None else "runningMean"
         raise InvalidParameterError(OP, missing, "must be given when the other running statistic is",
@@ -156,11 +155,7 @@ def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, runni
     Outputs take ``mean``'s dtype; compute is float32. Counts are used as given (no truncation,
     no guard): see the README for zero counts, a total of 1 and invstd <= 0.
     """
-    mean_all = invstd_all = None
-    if out is not None:
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise InvalidParameterError(OP, "out", "must be a (mean_all, invstd_all) pair of arrays", repr(type(out)))
-        mean_all, invstd_all = out
+    mean_all, invstd_all = unpack_out(OP, out, "mean_all, invstd_all")
     executor = prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all,
                        soc=soc, strategy=strategy, outputs_required=out is not None)
     return executor.run_private()

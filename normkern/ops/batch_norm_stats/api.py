@@ -11,10 +11,19 @@ from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
 from tiling.batch_norm_stats import supported_dtypes
 
 from ... import _config
-from ..._checks import check_array, check_real, parse_strategy
+from ..._checks import (
+    check_array,
+    check_channel_vector,
+    check_not_null,
+    check_rank,
+    check_real,
+    check_supported,
+    parse_strategy,
+    unpack_out,
+)
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
-from ...errors import DeterminismError, InvalidParameterError, NullPointerError, TilingError, UnsupportedError
+from ...errors import DeterminismError, InvalidParameterError, TilingError
 from . import kernel
 
 OP = "batch_norm_stats"
@@ -33,15 +42,6 @@ def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarr
     return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)
 
 
-def _check_output(name: str, value: np.ndarray, channels: int) -> None:
-    if value.dtype != np.float32:
-        raise InvalidParameterError(OP, name, "dtype must be float32", dtype_name(value.dtype))
-    if value.shape != (channels,):
-        raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
-    if not value.flags.writeable:
-        raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
-
-
 def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=None,
             arrival_seed=None, outputs_required=True) -> Executor:
     """Check everything in the CANN op_api order, plan, and bind a kernel call.
@@ -49,32 +49,23 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     Order: null pointers (161001), dtypes (161002), shapes (161002), attributes (161002); a SoC
     without this op gives 561003. Nothing is written before every check has passed.
     """
-    if input is None:
-        raise NullPointerError(OP, "input", "must not be None (null pointer)", None)
-    if outputs_required:
-        for name, value in (("mean", mean), ("invstd", invstd)):
-            if value is None:
-                raise NullPointerError(OP, name, "must not be None (null pointer)", None)
+    check_not_null(OP, (("input", input),) + ((("mean", mean), ("invstd", invstd)) if outputs_required else ()))
     spec = _config.resolve_soc(soc, OP)
     x = check_array(OP, "input", input)
     allowed = supported_dtypes(spec)
-    if not allowed:
-        raise UnsupportedError(OP, "soc", f"must support aclnnBatchNormStats (CANN has no kernel for "
-                               f"{spec.product})", spec.name)
+    check_supported(OP, "aclnnBatchNormStats", spec, allowed)
     if dtype_name(x.dtype) not in allowed:
         raise InvalidParameterError(OP, "input", f"dtype must be one of {', '.join(allowed)} on {spec.name}",
                                     dtype_name(x.dtype))
     for name, value in (("mean", mean), ("invstd", invstd)):
         if value is not None and check_array(OP, name, value).dtype != np.float32:
             raise InvalidParameterError(OP, name, "dtype must be float32", dtype_name(value.dtype))
-    if not 2 <= x.ndim <= 8:
-        raise InvalidParameterError(OP, "input", "must have rank 2 to 8", f"rank {x.ndim} (shape {x.shape})")
+    check_rank(OP, "input", x)
     channels = x.shape[1]
     if channels == 0:
         raise InvalidParameterError(OP, "input", "dim 1 (C) must be positive", f"shape {x.shape}")
-    for name, value in (("mean", mean), ("invstd", invstd)):
-        if value is not None:
-            _check_output(name, value, channels)
+    check_channel_vector(OP, "mean", mean, channels)
+    check_channel_vector(OP, "invstd", invstd, channels)
     check_real(OP, "eps", eps)
     forced = parse_strategy(OP, BatchNormStatsStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
@@ -130,11 +121,7 @@ def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, 
     ``strategy`` forces one (``"split_c"``, ``"split_r"``, ``"atomic"``); ``deterministic``
     overrides the global switch; ``arrival_seed`` reproduces an atomic plan's arrival order.
     """
-    mean = invstd = None
-    if out is not None:
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise InvalidParameterError(OP, "out", "must be a (mean, invstd) pair of arrays", repr(type(out)))
-        mean, invstd = out
+    mean, invstd = unpack_out(OP, out, "mean, invstd")
     executor = prepare(input, eps, mean, invstd, soc=soc, strategy=strategy, deterministic=deterministic,
                        arrival_seed=arrival_seed, outputs_required=out is not None)
     return executor.run_private()
