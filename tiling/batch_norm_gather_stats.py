@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, unit
+from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import Combine, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
@@ -304,8 +304,7 @@ def plan_batch_norm_gather_stats_with_counts(devices: int, channels: int, dtype=
                                              soc: str | SocSpec | None = None,
                                              strategy: str | GatherStatsStrategy | None = None) -> GatherStatsPlan:
     """Plan the gather for ``mean`` of shape ``(devices, channels)`` and ``dtype`` on ``soc``."""
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    return _plan_cached(int(devices), int(channels), name, get_soc(soc), REGISTRY.parse(strategy))
+    return _plan_cached(int(devices), int(channels), dtype_name(dtype), get_soc(soc), REGISTRY.parse(strategy))
 
 
 @lru_cache(maxsize=256)

@@ -48,11 +48,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, unit
+from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
-from .workspace import WorkspaceLayout
+from .workspace import WorkspaceLayout, align_up
 
 OP = "batch_norm_stats"
 RESERVE_BYTES = 1024
@@ -98,16 +98,6 @@ def supported_dtypes(soc: SocSpec) -> tuple[str, ...]:
     return SUPPORTED_DTYPES.get(soc.arch, ())
 
 
-def _dtype_name(dtype) -> str:
-    if isinstance(dtype, str):
-        return dtype
-    return np.dtype(dtype).name
-
-
-def _ceil_to(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 @dataclass(frozen=True)
 class BatchNormStatsProblem:
     shape: tuple[int, ...]
@@ -143,6 +133,7 @@ class BatchNormStatsProblem:
 @dataclass(frozen=True, kw_only=True)
 class BatchNormStatsPlan(Plan):
     op = OP
+    explain_properties = ("ub_bytes_used",)
     explain_notes = (
         "two passes with the same tree: pass 1 sums x (mean), pass 2 sums (x - mean)^2 (invstd)",
         "rows start at lane 0 (64-element UB pitch); each lane adds its elements in ascending order",
@@ -200,18 +191,13 @@ class BatchNormStatsPlan(Plan):
 
     @property
     def ub_bytes_used(self) -> int:
+        """UB bytes one block occupies [bytes]"""
         if not self.rows_per_block:
             return 0
         return self.rows_per_block * self.row_pitch * self.bytes_per_elem + RESERVE_BYTES
 
     def summary_ub(self) -> str:
         return f"{self.rows_per_block}x{self.row_pitch} {self.dtype}"
-
-    def explain_rows(self):
-        rows = super().explain_rows()
-        rows.insert(-1 - len(self.explain_notes),
-                    ("ub_bytes_used", str(self.ub_bytes_used), "UB bytes one block occupies [bytes]"))
-        return rows
 
     def kernel_args(self) -> BatchNormStatsArgs:
         ranges = self.core_split.ranges()
@@ -234,7 +220,7 @@ def _rows_layout(problem: BatchNormStatsProblem) -> dict:
     block = problem.ub_block_elems
     if block < LANES:
         raise TilingError(f"[{OP}] UB of {problem.soc.ub_bytes} bytes cannot hold one 64-element row")
-    pitch = _ceil_to(problem.hxw, LANES)
+    pitch = align_up(problem.hxw, LANES)
     if pitch <= block:
         return dict(row_pitch=pitch, segs_per_plane=1, seg_elems=problem.hxw,
                     tail_seg_elems=problem.hxw, rows_per_block=block // pitch)
@@ -344,7 +330,7 @@ def plan_batch_norm_stats(shape, dtype="float32", soc: str | SocSpec | None = No
     ``strategy`` forces one strategy (by Enum or name); otherwise the first capable one is chosen
     and the plan records why the earlier ones were passed over.
     """
-    return _plan_cached(tuple(int(d) for d in shape), _dtype_name(dtype), get_soc(soc),
+    return _plan_cached(tuple(int(d) for d in shape), dtype_name(dtype), get_soc(soc),
                         REGISTRY.parse(strategy))
 
 

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, unit
+from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split, SplitKind
@@ -363,10 +363,9 @@ def plan_fast_batch_norm_backward(shape, dtype="float32", soc: str | SocSpec | N
                                   weight_dtype=None, var_dtype=None) -> FastBatchNormBackwardPlan:
     """Plan BatchNormGradV3 for ``grad_out``/``input`` of ``shape``; weight and statistics dtypes
     default to ``dtype``."""
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    weight = name if weight_dtype is None else (weight_dtype if isinstance(weight_dtype, str)
-                                                else np.dtype(weight_dtype).name)
-    var = weight if var_dtype is None else (var_dtype if isinstance(var_dtype, str) else np.dtype(var_dtype).name)
+    name = dtype_name(dtype)
+    weight = name if weight_dtype is None else dtype_name(weight_dtype)
+    var = weight if var_dtype is None else dtype_name(var_dtype)
     return _plan_cached(tuple(int(d) for d in shape), name, weight, var, bool(training), get_soc(soc),
                         REGISTRY.parse(strategy))
 

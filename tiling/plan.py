@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
+
 from .codec import from_data, to_data
 from .reduction import ReductionTree
 from .soc import SocSpec
@@ -31,6 +33,11 @@ class TilingError(ValueError):
     """A problem the planner cannot tile (or an invalid forced strategy)."""
 
     status = TILING_ERROR_STATUS
+
+
+def dtype_name(dtype) -> str:
+    """A planner's dtype argument (a name, or anything ``np.dtype`` takes) as its name."""
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
 
 
 def unit(text: str, doc: str = ""):
@@ -52,6 +59,8 @@ class Plan:
     op: ClassVar[str] = ""
     #: Sentences ``explain()`` appends: what the fields alone do not say.
     explain_notes: ClassVar[tuple[str, ...]] = ()
+    #: Derived properties ``explain()`` shows after the fields, each with its docstring.
+    explain_properties: ClassVar[tuple[str, ...]] = ()
     _registry: ClassVar[dict[str, type[Plan]]] = {}
 
     soc: SocSpec
@@ -160,6 +169,9 @@ class Plan:
             else:
                 shown = value.value if isinstance(value, enum.Enum) else value
                 rows.append((f.name, str(shown), meaning))
+        for name in self.explain_properties:
+            doc = (getattr(type(self), name).__doc__ or "").strip()
+            rows.append((name, str(getattr(self, name)), doc))
         rows.append(("deterministic", str(self.deterministic), "derived from the reduction tree"))
         rows.extend(("note", "", text) for text in self.explain_notes)
         return rows

@@ -133,3 +133,13 @@ def test_kernel_args_round_trip_through_json():
     again = Plan.from_json(plan.to_json()).kernel_args()
     for name, value in plan.kernel_args()._asdict().items():
         assert np.array_equal(value, getattr(again, name)), name
+
+
+def test_planners_take_numpy_dtypes_as_well_as_names():
+    import ml_dtypes
+
+    assert plan_batch_norm_stats((2, 3, 4), np.float16) == plan_batch_norm_stats((2, 3, 4), "float16")
+    gather = tiling.plan_batch_norm_gather_stats_with_counts(2, 3, ml_dtypes.bfloat16, "Ascend950")
+    assert gather.dtype == "bfloat16"
+    fastbn = tiling.plan_fast_batch_norm_backward((2, 3, 4, 4), ml_dtypes.bfloat16, weight_dtype=np.float32)
+    assert (fastbn.dtype, fastbn.weight_dtype) == ("bfloat16", "float32")
