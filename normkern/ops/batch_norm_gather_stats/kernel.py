@@ -41,6 +41,16 @@ def _deviation_term(mean, invstd, weight, mean_all, eps):
     return (var + d * d) * weight
 
 
+@njit(cache=True, error_model="numpy")
+def _add_block_rows(partials, blocks, pitch, total):
+    """total = the blocks' partial rows added in block order, onto zero."""
+    total[:] = 0.0
+    for k in range(blocks):
+        part = partials[k * pitch:k * pitch + total.shape[0]]
+        for c in range(total.shape[0]):
+            total[c] += part[c]
+
+
 def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
     total = np.float32(0.0)
     for n in range(args.n):
@@ -87,11 +97,7 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
             weight = counts[n]
             for c in range(channels):
                 part[c] += row[c] * weight
-    mean_row[:] = 0.0
-    for k in range(blocks):
-        part = partials[k * pitch:k * pitch + channels]
-        for c in range(channels):
-            mean_row[c] += part[c]
+    _add_block_rows(partials, blocks, pitch, mean_row)
     for c in range(channels):
         mean_row[c] = mean_row[c] / total
         mean_out[c] = mean_row[c]
@@ -104,11 +110,7 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
             weight = counts[n]
             for c in range(channels):
                 part[c] += _deviation_term(row[c], inv[c], weight, mean_row[c], eps)
-    var_row[:] = 0.0
-    for k in range(blocks):
-        part = partials[k * pitch:k * pitch + channels]
-        for c in range(channels):
-            var_row[c] += part[c]
+    _add_block_rows(partials, blocks, pitch, var_row)
     _finish(var_row, mean_row, total, eps, momentum, invstd_out, run_mean, run_var, update)
 
 

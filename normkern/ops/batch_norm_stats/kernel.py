@@ -62,6 +62,16 @@ def split_c(x, args, eps, mean_out, invstd_out):
             invstd_out[c] = _invstd(sqdev, count, eps)
 
 
+@njit(cache=True, error_model="numpy")
+def _add_partials(ws, offset, order, channels, totals):
+    """totals[c] = sum of the core partials ws[offset + k*C + c], added in ``order``."""
+    for c in range(channels):
+        total = np.float32(0.0)
+        for k in range(order.shape[0]):
+            total += ws[offset + order[k] * channels + c]
+        totals[c] = total
+
+
 @njit(parallel=True, cache=True, error_model="numpy")
 def split_r(x, ws, args, order, eps, mean_out, invstd_out):
     """Rows over cores; ``order[p]`` is the order in which pass ``p`` adds the core partials."""
@@ -73,18 +83,14 @@ def split_r(x, ws, args, order, eps, mean_out, invstd_out):
         for c in range(channels):
             ws[args.sum_offset + core * channels + c] = _rows_sum(
                 x, c, args.core_start[core], args.core_count[core], args, lanes, np.float32(0.0), False)
+    _add_partials(ws, args.sum_offset, order[0], channels, mean_out)
     for c in range(channels):
-        total = np.float32(0.0)
-        for k in range(cores):
-            total += ws[args.sum_offset + order[0, k] * channels + c]
-        mean_out[c] = total / count
+        mean_out[c] = mean_out[c] / count
     for core in prange(cores):
         lanes = np.empty(LANES, np.float32)
         for c in range(channels):
             ws[args.sqdev_offset + core * channels + c] = _rows_sum(
                 x, c, args.core_start[core], args.core_count[core], args, lanes, mean_out[c], True)
+    _add_partials(ws, args.sqdev_offset, order[1], channels, invstd_out)
     for c in range(channels):
-        total = np.float32(0.0)
-        for k in range(cores):
-            total += ws[args.sqdev_offset + order[1, k] * channels + c]
-        invstd_out[c] = _invstd(total, count, eps)
+        invstd_out[c] = _invstd(invstd_out[c], count, eps)
