@@ -11,6 +11,7 @@ from tiling import GatherStatsStrategy
 from tiling.batch_norm_gather_stats import supported_dtypes
 
 from ... import _config
+from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
     check_channel_vector,
@@ -33,13 +34,6 @@ PARALLEL_MIN_ELEMENTS = 1 << 16
 
 
 _NO_RUNNING = np.empty(0, F32)
-
-
-def _f32_buffer(target, copy=False):
-    """``target`` itself when the kernel can write it in place, else a float32 working copy."""
-    if target.dtype == F32 and target.flags.c_contiguous:
-        return target
-    return target.astype(F32) if copy else np.empty(target.shape, F32)
 
 
 @functools.cache
@@ -127,20 +121,18 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
             mean_out[...] = 0
             invstd_out[...] = np.nan
             return mean_out, invstd_out
-        m32 = _f32_buffer(mean_out)
-        s32 = _f32_buffer(invstd_out)
+        m32 = f32_buffer(mean_out, channels)
+        s32 = f32_buffer(invstd_out, channels)
         update = running_mean is not None
-        rm = _f32_buffer(running_mean, copy=True) if update else _NO_RUNNING
-        rv = _f32_buffer(running_var, copy=True) if update else _NO_RUNNING
+        rm = f32_buffer(running_mean, channels, copy=True) if update else _NO_RUNNING
+        rv = f32_buffer(running_var, channels, copy=True) if update else _NO_RUNNING
         if mean.size >= PARALLEL_MIN_ELEMENTS:
             launch, args = kernel.gather_stats, plan.cached_kernel_args()
         else:
             launch, args = kernel.gather_stats_inline, plan.memo("inline_args", lambda: _inline_args(plan))
         launch(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32), np.ascontiguousarray(counts, F32),
                workspace, args, eps32, momentum32, m32, s32, rm, rv, update)
-        for target, result in ((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)):
-            if target is not None and target is not result:
-                target[...] = result.astype(target.dtype)
+        write_back(((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)))
         return mean_out, invstd_out
 
     return Executor(OP, plan, run)

@@ -11,6 +11,7 @@ from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
 from tiling.batch_norm_stats import supported_dtypes
 
 from ... import _config
+from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
     check_channel_vector,
@@ -83,8 +84,8 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     eps32 = np.float32(eps)
 
     def run(workspace: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mean_out = mean if _direct(mean) else np.empty(channels, np.float32)
-        invstd_out = invstd if _direct(invstd) else np.empty(channels, np.float32)
+        mean_out = f32_buffer(mean, channels)
+        invstd_out = f32_buffer(invstd, channels)
         if plan.strategy is BatchNormStatsStrategy.EMPTY:
             mean_out.fill(0.0)
             invstd_out.fill(np.nan)
@@ -96,16 +97,10 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
             else:
                 order = arrival_order(plan, arrival_seed)
                 kernel.split_r(x3, workspace, args, order, eps32, mean_out, invstd_out)
-        for target, result in ((mean, mean_out), (invstd, invstd_out)):
-            if target is not None and target is not result:
-                target[...] = result
+        write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 
     return Executor(OP, plan, run)
-
-
-def _direct(out) -> bool:
-    return out is not None and out.flags.c_contiguous
 
 
 def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, deterministic=None,
