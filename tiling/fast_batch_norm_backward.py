@@ -74,6 +74,7 @@ TILING_DATA_FIELDS = {
 
 
 class FastBatchNormBackwardStrategy(enum.Enum):
+    EMPTY = "empty"
     FULL_LOAD = "full_load"
     SPLIT_LOAD_CROSS_CORE = "split_load_cross_core"
     SPLIT_LOAD = "split_load"
@@ -82,11 +83,48 @@ class FastBatchNormBackwardStrategy(enum.Enum):
 S = FastBatchNormBackwardStrategy
 
 
+class Job(NamedTuple):
+    """One core's share of one phase: blocks ``[block_start, block_start + block_count)`` of each of
+    the channels ``[channel_start, channel_start + channel_count)``.
+
+    ``group_size > 1`` marks a cross-core job: the core writes its partial sums to workspace slot
+    ``core``, and after the phase the group's slots ``group_first .. group_first + group_size - 1``
+    are added in core order; core ``group_first`` writes the channel's grad_weight and grad_bias.
+    """
+
+    phase: int
+    core: int
+    channel_start: int
+    channel_count: int
+    block_start: int
+    block_count: int
+    group_first: int
+    group_size: int
+
+
 class FastBatchNormBackwardArgs(NamedTuple):
+    """What the kernels receive: the fused dims, the block geometry and the job table."""
+
     b0: int
-    a: int
+    c: int
     b1: int
-    tiling: np.ndarray
+    b1_align: int
+    split_hw: int          # 1: a block is one (plane, HW chunk) pair (split HW); 0: a block is one plane
+    hw_block: int          # split HW: elements of a full HW chunk
+    hw_blocks: int         # split HW: HW chunks per plane (bUbLoop); 1 otherwise
+    planes_per_pass: int   # planes per UB pass (b0UbBlock; B0 for full load; 1 for split HW)
+    fold_len: int          # elements of the UB buffer each ReduceSum folds
+    count: int             # B0 * B1, the elements per channel
+    job_core: np.ndarray   # the job table, sorted by (phase, core)
+    job_channel_start: np.ndarray
+    job_channel_count: np.ndarray
+    job_block_start: np.ndarray
+    job_block_count: np.ndarray
+    job_group_first: np.ndarray
+    job_group_size: np.ndarray
+    phase_core_jobs: np.ndarray    # (phases, block_dim + 1): core k's jobs of phase p are [row[k], row[k+1])
+    dbias_offset: int              # float32 offsets of the cross-core partial slots (8 floats a core)
+    dweight_offset: int
 
 
 def _fceil_div(numerator: int, denominator: int) -> int:
@@ -257,12 +295,21 @@ def _quota(total: int, each: int, need: int, tail: int) -> Split:
     return Split(SplitKind.QUOTA, total, need - 1, each, 1, tail)
 
 
+#: Slots of 8 float32 (one 32-byte block) per core for each cross-core partial.
+PARTIAL_SLOT = 8
+PHASE_NAMES = ("whole channels", "channel pairs", "channel groups")
+
+
 @dataclass(frozen=True, kw_only=True)
 class FastBatchNormBackwardPlan(Plan):
     op = OP
+    explain_properties = ("blocks_per_channel", "fold_len", "phases")
     explain_notes = (
         "save_invstd is the reciprocal standard deviation (aclnn parameter table, PyTorch); the A2 kernel "
         "source consumes that input as a variance (sqrt(v + eps)); normkern follows the parameter table",
+        "per channel, every UB pass adds dy and (x - mean) * dy elementwise into two float32 buffers of fold_len "
+        "elements (a plane at a b1Align pitch), in pass order; each buffer is then one ReduceSum (fold halves)",
+        "weight and the statistics are cast to float32 first (op_api), so any float dtype is accepted for them",
     )
 
     strategy: FastBatchNormBackwardStrategy
@@ -277,55 +324,205 @@ class FastBatchNormBackwardPlan(Plan):
     b1_align: int = unit("elements", "B1 rounded up to a 32-byte block")
     b_align: int = unit("elements", "b1Align * B0")
 
+    @property
+    def split_hw(self) -> bool:
+        """blocks are (plane, HW chunk) pairs (split HW, key offset 0)"""
+        return self.strategy in (S.SPLIT_LOAD, S.SPLIT_LOAD_CROSS_CORE) and \
+            self.tiling_data["bUbBlock"] < 2 * self.b1_align
+
+    @property
+    def hw_blocks(self) -> int:
+        return self.tiling_data["bUbLoop"] if self.split_hw else 1
+
+    @property
+    def blocks_per_channel(self) -> int:
+        """blocks of one channel: planes, or planes x HW chunks when splitting HW [blocks]"""
+        return self.b0 * self.hw_blocks
+
+    @property
+    def planes_per_pass(self) -> int:
+        if self.strategy is S.FULL_LOAD:
+            return self.b0
+        return 1 if self.split_hw else self.tiling_data["b0UbBlock"]
+
+    @property
+    def fold_len(self) -> int:
+        """elements of the UB buffer a ReduceSum folds (bAlign for full load, else bUbBlock) [elements]"""
+        if self.strategy is S.EMPTY:
+            return 0
+        return self.b_align if self.strategy is S.FULL_LOAD else self.tiling_data["bUbBlock"]
+
+    @property
+    def phases(self) -> str:
+        """how each phase hands channels and blocks to cores"""
+        parts = []
+        if self.strategy is S.EMPTY:
+            return "none: nothing to compute"
+        for phase in sorted({job.phase for job in self.jobs()}):
+            jobs = [job for job in self.jobs() if job.phase == phase]
+            channels = sum(job.channel_count for job in jobs if job.group_first == job.core)
+            sizes = sorted({job.group_size for job in jobs})
+            parts.append(f"{PHASE_NAMES[phase]}: {channels} ch on {len({j.core for j in jobs})} cores"
+                         + (f" (groups of {'/'.join(map(str, sizes))})" if sizes != [1] else ""))
+        return "; ".join(parts)
+
+    def jobs(self) -> tuple[Job, ...]:
+        """Every core's work, phase by phase (phases are separated by a SyncAll)."""
+        return self.memo("jobs", self._jobs)
+
+    def _jobs(self) -> tuple[Job, ...]:
+        if self.strategy is S.EMPTY:
+            return ()
+        td, blocks = self.tiling_data, self.blocks_per_channel
+        if self.strategy is not S.SPLIT_LOAD_CROSS_CORE:
+            return tuple(Job(0, core, start, count, 0, blocks, core, 1)
+                         for core, (start, count) in enumerate(self.core_split.ranges()))
+        cores, jobs, channel = td["coreNum"], [], 0
+        if td["moreMultiChannel"]:
+            each = td["coreChannelNum"]
+            jobs += [Job(0, core, core * each, each, 0, blocks, core, 1) for core in range(cores)]
+            channel = cores * each
+        if td["morehalfChannel"]:
+            half, tail = td["groupBlockNumHalf"], td["groupBlockNumHalfTail"]
+            for core in range(cores // 2 * 2):  # an odd last core would step past the pairs: it idles
+                first = core - core % 2
+                jobs.append(Job(1, core, channel + core // 2, 1, (core % 2) * half, tail if core % 2 else half,
+                                first, 2))
+            channel += cores // 2
+        if td["groupCore"] and channel < self.a:
+            group, each, tail = td["groupCore"], td["groupBlockNum"], td["groupBlockNumTail"]
+            for core in range(td["needCoreNum"]):
+                index = core % group
+                jobs.append(Job(2, core, channel + core // group, 1, index * each,
+                                tail if index == group - 1 else each, core - index, group))
+        return tuple(jobs)
+
     def check(self) -> None:
+        if self.strategy is S.EMPTY:
+            if prod(self.shape):
+                raise ValueError("an empty plan for a non-empty problem")
+            return
         if self.tiling_data is None or tuple(self.tiling_data) != TILING_DATA_FIELDS[self.strategy.value]:
             raise ValueError("tiling_data must hold the TilingData fields of the template, in struct order")
         if self.core_split.total != self.a and self.strategy is not S.SPLIT_LOAD_CROSS_CORE:
             raise ValueError(f"core split covers {self.core_split.total} channels, expected {self.a}")
+        pass_len = self.hw_block if self.split_hw else self.planes_per_pass * self.b1_align
+        if pass_len > self.fold_len:
+            raise ValueError(f"a UB pass of {pass_len} elements does not fit the {self.fold_len}-element buffer")
+        self._check_coverage()
+        if any(job.group_size > 1 for job in self.jobs()):
+            for name in ("dbias_partials", "dweight_partials"):
+                if self.workspace.region(name).shape != (self.block_dim, PARTIAL_SLOT):
+                    raise ValueError(f"workspace region {name} must hold one {PARTIAL_SLOT}-float slot a core")
+
+    @property
+    def hw_block(self) -> int:
+        return self.tiling_data["bUbBlock"] if self.split_hw else self.b1
+
+    def _check_coverage(self) -> None:
+        """Every (channel, block) is reduced by exactly one job; every job's core exists."""
+        blocks = self.blocks_per_channel
+        whole = np.zeros(self.a + 1, np.int64)   # difference array of whole-channel coverage
+        pieces: dict[int, list[tuple[int, int]]] = {}
+        for job in self.jobs():
+            if not 0 <= job.core < self.block_dim or job.channel_count <= 0 or job.block_count <= 0:
+                raise ValueError(f"job {job} is empty or runs on a core past block_dim {self.block_dim}")
+            if not job.group_first <= job.core < job.group_first + job.group_size:
+                raise ValueError(f"job {job} is not inside its group")
+            if job.block_start == 0 and job.block_count == blocks:
+                whole[job.channel_start] += 1
+                whole[job.channel_start + job.channel_count] -= 1
+            else:
+                pieces.setdefault(job.channel_start, []).append((job.block_start, job.block_count))
+        covered = np.cumsum(whole)[:-1]
+        for channel, parts in pieces.items():
+            if covered[channel] or sorted(parts)[0][0] != 0:
+                raise ValueError(f"channel {channel} is reduced twice or from block {sorted(parts)[0][0]}")
+            end = 0
+            for start, count in sorted(parts):
+                if start != end:
+                    raise ValueError(f"channel {channel}: blocks {end}..{start} are covered {'twice' if start < end else 'by no core'}")
+                end = start + count
+            if end != blocks:
+                raise ValueError(f"channel {channel}: the groups cover {end} of {blocks} blocks")
+            covered[channel] = 1
+        if not (covered == 1).all():
+            missing = int(np.flatnonzero(covered != 1)[0])
+            raise ValueError(f"channel {missing} is covered {covered[missing]} times, not once")
 
     def summary_ub(self) -> str:
         td = self.tiling_data
+        if self.strategy is S.EMPTY:
+            return "-"
         if self.strategy is S.FULL_LOAD:
             return f"{td['cUbBlock']}ch {self.dtype}"
         return f"bUbBlock={td['bUbBlock']} {self.dtype}"
 
     def kernel_args(self) -> FastBatchNormBackwardArgs:
-        return FastBatchNormBackwardArgs(self.b0, self.a, self.b1,
-                                         np.array(list(self.tiling_data.values()), np.int64))
+        jobs = self.jobs()
+        phases = max(job.phase for job in jobs) + 1
+        offsets = np.zeros((phases, self.block_dim + 1), np.int64)
+        for job in jobs:
+            offsets[job.phase, job.core + 1] += 1
+        offsets = np.cumsum(offsets, axis=1)
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].phase, jobs[i].core))
+        for phase in range(phases):
+            offsets[phase] += sum(1 for job in jobs if job.phase < phase)
+
+        def column(name):
+            return np.array([getattr(jobs[i], name) for i in order], np.int64)
+
+        cross = any(job.group_size > 1 for job in jobs)
+        return FastBatchNormBackwardArgs(
+            b0=self.b0, c=self.a, b1=self.b1, b1_align=self.b1_align, split_hw=int(self.split_hw),
+            hw_block=self.hw_block, hw_blocks=self.hw_blocks, planes_per_pass=self.planes_per_pass,
+            fold_len=self.fold_len, count=self.b0 * self.b1, job_core=column("core"),
+            job_channel_start=column("channel_start"), job_channel_count=column("channel_count"),
+            job_block_start=column("block_start"), job_block_count=column("block_count"),
+            job_group_first=column("group_first"), job_group_size=column("group_size"),
+            phase_core_jobs=offsets,
+            dbias_offset=self.workspace.region("dbias_partials").offset // 4 if cross else 0,
+            dweight_offset=self.workspace.region("dweight_partials").offset // 4 if cross else 0)
 
 
 def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchNormBackwardPlan:
     b0, a, b1, transposed = p.fused
     cores = p.soc.vector_cores
     exact = p.soc.arch == "DAV_2201"
-    user = 0
+    if strategy is S.EMPTY:  # the op_api returns before any tiling: no kernel, no workspace
+        return FastBatchNormBackwardPlan(
+            soc=p.soc, strategy=strategy, source="cann-ops-nn" if exact else "modeled", tiling_key=None, block_dim=0,
+            core_split=Split.even(0, cores), tree=ReductionTree(()), workspace=WorkspaceLayout(0, 0),
+            rejected=rejected, tiling_data=None, shape=p.shape, dtype=p.dtype, weight_dtype=p.weight_dtype,
+            training=p.training, transposed=False, b0=b0, a=a, b1=b1, b1_align=0, b_align=0)
+    fold = ReduceLevel("lanes", Combine.PAIRWISE, 64,
+                       "ReduceSum of the buffer: fold halves down to 64, then pairwise (A2 order, modeled)")
+    regions: tuple = ()
     if strategy is S.FULL_LOAD:
         td, core_split = _full_load(p)
         key = KEY_TRAIN_FULL_LOAD if p.training else KEY_INFER_FULL_LOAD
         block_dim = td["needCoreNum"]
-        levels = (ReduceLevel("lanes", Combine.PAIRWISE, 64, "A2 ReduceSum per channel (fold halves, modeled)"),
-                  ReduceLevel("blocks", Combine.SEQUENTIAL, 1, "a channel's B0*b1Align elements in one UB pass"))
+        levels = (ReduceLevel("ub_passes", Combine.SEQUENTIAL, 1, "a channel's B0 planes in one UB pass"), fold)
     elif strategy is S.SPLIT_LOAD:
         td, core_split, offset = _split_load(p)
         key = (KEY_TRAIN_SPLIT_LOAD if p.training else KEY_INFER_SPLIT_LOAD) + offset
         block_dim = td["needCoreNum"]
-        levels = (ReduceLevel("lanes", Combine.PAIRWISE, 64, "A2 ReduceSum per UB pass (fold halves, modeled)"),
-                  ReduceLevel("blocks", Combine.SEQUENTIAL, td["bUbLoop"], "UB passes of a channel, in order"))
+        levels = (ReduceLevel("ub_passes", Combine.SEQUENTIAL, td["bUbLoop"] * (b0 if offset == 0 else 1),
+                              "a channel's UB passes added elementwise, in order"), fold)
     else:
         td = _cross_core(p)
         offset = td.pop("_offset")
         key = (KEY_TRAIN_SPLIT_LOAD if p.training else KEY_INFER_SPLIT_LOAD) + CROSS_CORE_KEY_OFFSET + offset
         block_dim = cores if td["moreMultiChannel"] or td["morehalfChannel"] else td["needCoreNum"]
         core_split = Split.even(block_dim, block_dim)
-        user = block_dim * 8 * 4 * 2
-        levels = (ReduceLevel("lanes", Combine.PAIRWISE, 64, "A2 ReduceSum per UB pass (fold halves, modeled)"),
-                  ReduceLevel("blocks", Combine.SEQUENTIAL, max(td["bUbLoop"], td["bUbLoopMulti"]),
-                              "UB passes of a core, in order"),
-                  ReduceLevel("cores", Combine.SEQUENTIAL, max(td["groupCore"], 1),
-                              "a channel group's per-core partials in the workspace, summed in core order"))
+        passes = td["bUbLoopMulti"] * (b0 if offset == 0 else 1)
+        levels = (ReduceLevel("ub_passes", Combine.SEQUENTIAL, passes, "a core's UB passes added elementwise, in order"),
+                  fold,
+                  ReduceLevel("cores", Combine.SEQUENTIAL, max(td["groupCore"], 2 if td["morehalfChannel"] else 1),
+                              "a channel group's per-core partials in the workspace, added in core order"))
+        regions = (("dbias_partials", (block_dim, PARTIAL_SLOT)), ("dweight_partials", (block_dim, PARTIAL_SLOT)))
     if block_dim > cores:
         raise TilingError(f"[{OP}] {strategy.value} needs {block_dim} cores, {p.soc.name} has {cores}")
-    regions = (("cross_core_partials", (block_dim, 2, 8)),) if user else ()
     workspace = WorkspaceLayout.build(p.soc.system_workspace_bytes, regions)
     return FastBatchNormBackwardPlan(
         soc=p.soc, strategy=strategy, source="cann-ops-nn" if exact else "modeled", tiling_key=key if exact else None,
@@ -333,6 +530,21 @@ def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchN
         workspace=workspace, rejected=rejected, tiling_data=td, shape=p.shape, dtype=p.dtype,
         weight_dtype=p.weight_dtype, training=p.training, transposed=transposed, b0=b0, a=a, b1=b1,
         b1_align=p.b1_align, b_align=p.b_align)
+
+
+def _check_empty(p):
+    if prod(p.shape):
+        return Rejection("empty", f"input has {prod(p.shape)} elements", True)
+    return None
+
+
+def _not_empty(strategy: S, check):
+    """``check`` behind the rule every kernel template shares: there are elements to compute."""
+    def checked(p):
+        if not prod(p.shape):
+            return Rejection(strategy.value, "input is empty", True)
+        return check(p)
+    return checked
 
 
 def _check_full_load(p):
@@ -351,10 +563,11 @@ def _check_cross_core(p):
     return None
 
 
-REGISTRY = StrategyRegistry(OP, S, (
-    Strategy(S.FULL_LOAD, _check_full_load, lambda p, r: _build(p, S.FULL_LOAD, r)),
-    Strategy(S.SPLIT_LOAD_CROSS_CORE, _check_cross_core, lambda p, r: _build(p, S.SPLIT_LOAD_CROSS_CORE, r)),
-    Strategy(S.SPLIT_LOAD, lambda p: None, lambda p, r: _build(p, S.SPLIT_LOAD, r)),
+REGISTRY = StrategyRegistry(OP, S, tuple(
+    Strategy(s, check, lambda p, r, s=s: _build(p, s, r))
+    for s, check in ((S.EMPTY, _check_empty), (S.FULL_LOAD, _not_empty(S.FULL_LOAD, _check_full_load)),
+                     (S.SPLIT_LOAD_CROSS_CORE, _not_empty(S.SPLIT_LOAD_CROSS_CORE, _check_cross_core)),
+                     (S.SPLIT_LOAD, _not_empty(S.SPLIT_LOAD, lambda p: None)))
 ))
 
 
@@ -375,8 +588,8 @@ def _plan_cached(shape, dtype, weight, var, training, soc, strategy):
     if soc.arch not in ("DAV_2201", "host"):
         raise TilingError(f"[{OP}] BatchNormGradV3 exists only on Atlas A2/A3 (and the host model), not on "
                           f"{soc.name}")
-    if not 2 <= len(shape) <= 8 or min(shape) <= 0:
-        raise TilingError(f"[{OP}] input must have rank 2 to 8 and no empty dim, got {shape}")
+    if not 2 <= len(shape) <= 8 or min(shape) < 0:
+        raise TilingError(f"[{OP}] input must have rank 2 to 8 and no negative dim, got {shape}")
     if (dtype, weight, var) not in VALID_DTYPES:
         raise TilingError(f"[{OP}] dtypes (dy, weight, running_var) = ({dtype}, {weight}, {var}) are not a "
                           "supported combination")
