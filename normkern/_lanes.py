@@ -75,10 +75,46 @@ def accumulate_sqdev(lanes, row, mean):
 
 @njit(cache=True, inline="always", error_model="numpy")
 def fold(lanes):
-    """Pairwise fold of the 64 lanes (destroys them); returns the block sum."""
-    width = LANES // 2
-    while width >= 1:
-        for j in range(width):
-            lanes[j] += lanes[j + width]
-        width //= 2
+    """Pairwise fold of the 64 lanes (destroys them); returns the block sum.
+
+    Six loops of constant width, so that each compiles to a few vector adds."""
+    for j in range(32):
+        lanes[j] += lanes[j + 32]
+    for j in range(16):
+        lanes[j] += lanes[j + 16]
+    for j in range(8):
+        lanes[j] += lanes[j + 8]
+    for j in range(4):
+        lanes[j] += lanes[j + 4]
+    lanes[0] += lanes[2]
+    lanes[1] += lanes[3]
+    lanes[0] += lanes[1]
     return lanes[0]
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def fold_halves(buf, length, used):
+    """ReduceSum of ``buf[0:length]`` in the A2 fold-halves order; returns the sum, destroys ``buf``.
+
+    With ``h`` the largest ``64 * 2**k`` below ``length``: the tail ``buf[h:length]`` is added onto
+    ``buf[0:length-h]``, then the upper half onto the lower half down to 64 elements, then the 64
+    lanes fold pairwise (``fold``). Only ``buf[0:used]`` is read: the rest must be +0, which adds
+    nothing (an accumulator that starts at +0 never holds -0, so skipping it changes no bit).
+    ``buf`` must hold at least 64 elements.
+    """
+    half = LANES
+    while half * 2 < length:
+        half *= 2
+    if length > LANES:
+        while half >= LANES:
+            extra = used - half
+            if extra > 0:
+                lo = buf[0:extra]
+                hi = buf[half:half + extra]
+                for i in range(extra):
+                    lo[i] += hi[i]
+                used = half
+            half //= 2
+    for i in range(used, LANES):
+        buf[i] = 0.0
+    return fold(buf)
