@@ -1,0 +1,238 @@
+"""``fast_batch_norm_backward``: validation in the op_api order, the op_api views, the cached plan, the kernel."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+import tiling
+from tiling import FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
+
+from ... import _config
+from ..._buffers import f32_buffer, write_back
+from ..._checks import check_array, check_not_null, check_rank, check_real, check_supported, parse_strategy
+from ..._dtypes import dtype_name, kernel_view
+from ..._executor import Executor
+from ...errors import InvalidParameterError, NullPointerError, TilingError
+from . import kernel
+
+OP = "fast_batch_norm_backward"
+F32 = np.float32
+DTYPES = ("float32", "float16", "bfloat16")
+#: The op exists (as BatchNormGradV3) on Atlas A2/A3; ``host`` runs our model of it.
+SUPPORTED_ARCHS = ("DAV_2201", "host")
+OUTPUTS = ("gradInput", "gradWeight", "gradBias")
+
+
+def _check_mask(output_mask) -> tuple[bool, bool, bool]:
+    """CheckMaskNotNull: a missing or empty mask is a null pointer (161001, as the code); other lengths
+    than 3 are refused with 161002 (the doc; the code would read past a short mask)."""
+    if output_mask is None:
+        raise NullPointerError(OP, "outputMask", "must not be None (null pointer)", None)
+    try:
+        entries = tuple(output_mask)
+    except TypeError:
+        raise InvalidParameterError(OP, "outputMask", "must be a sequence of 3 bools", repr(output_mask)) from None
+    if not entries:
+        raise NullPointerError(OP, "outputMask", "must have at least 1 entry (size < 1 is a null array)", "size 0")
+    if len(entries) != 3 or not all(isinstance(e, (bool, np.bool_)) for e in entries):
+        raise InvalidParameterError(OP, "outputMask", "must be 3 bools (gradInput, gradWeight, gradBias)",
+                                    repr(output_mask))
+    return tuple(bool(e) for e in entries)
+
+
+def _check_dtype(name: str, value) -> None:
+    if dtype_name(check_array(OP, name, value).dtype) not in DTYPES:
+        raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(DTYPES)}", dtype_name(value.dtype))
+
+
+def _check_vector(name: str, value, channels: int, written: bool = False) -> None:
+    if value is None:
+        return
+    if value.shape != (channels,):
+        raise InvalidParameterError(OP, name, f"must be 1-D of length C={channels}", f"shape {value.shape}")
+    if written and not value.flags.writeable:
+        raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
+
+
+def statistics(plan: FastBatchNormBackwardPlan, weight, running_mean, running_var, save_mean, save_invstd,
+               eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 ``(mean, scale, weight)`` per channel, as the op_api casts and fills them.
+
+    Training: ``save_mean`` and ``save_invstd`` (the reciprocal standard deviation). Inference:
+    ``running_mean`` and ``1/sqrt(running_var + eps)`` in float32, 0 where the root is 0 (as the
+    A2 kernel's ``var == 0 ? 0 : 1 / var``). Missing tensors: means 0, variances 1, weight 1.
+    """
+    c = plan.a
+
+    def vec(value, fill):
+        return np.full(c, fill, F32) if value is None else np.ascontiguousarray(value, dtype=F32)
+
+    w = vec(weight, 1.0)
+    if plan.training:
+        return vec(save_mean, 0.0), vec(save_invstd, 1.0), w
+    root = np.sqrt(vec(running_var, 1.0) + F32(eps))
+    with np.errstate(divide="ignore"):
+        scale = np.where(root == 0, F32(0.0), F32(1.0) / root).astype(F32)
+    return vec(running_mean, 0.0), scale, w
+
+
+def fused_views(plan: FastBatchNormBackwardPlan, *tensors: np.ndarray) -> list[np.ndarray]:
+    """Each ``(N, C, *spatial)`` tensor as the contiguous (B0, C, B1) array the kernel walks (transposed
+    to (1, C, N*HW) where the op_api transposes)."""
+    n, c = plan.shape[0], plan.shape[1]
+    views = []
+    for t in tensors:
+        flat = np.ascontiguousarray(t).reshape(n, c, -1)
+        if plan.transposed:
+            flat = np.ascontiguousarray(flat.transpose(1, 0, 2))
+        views.append(flat.reshape(plan.b0, plan.a, plan.b1))
+    return views
+
+
+def _unfuse(plan: FastBatchNormBackwardPlan, dx3: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`fused_views` for one result, shaped like the input."""
+    n, c = plan.shape[0], plan.shape[1]
+    if plan.transposed:
+        return dx3.reshape(c, n, -1).transpose(1, 0, 2).reshape(plan.shape)
+    return dx3.reshape(plan.shape)
+
+
+def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
+            output_mask, version, grad_input, grad_weight, grad_bias, *, soc=None, strategy=None,
+            outputs_required=True) -> Executor:
+    """Check everything in the op_api order (``CheckParams`` of aclnn_fast_batch_norm_backward.cpp), plan,
+    and bind a kernel call. Nothing is written before every check has passed.
+
+    Order: gradOut/input null (161001); empty input: success, no workspace, nothing else checked;
+    SoC (561003); outputMask and required outputs null (161001); dtypes of gradOut, input (equal),
+    the required outputs, the optional inputs (161002); ranks and shapes of gradOut, input,
+    gradInput, then weight/runningMean/runningVar (161002). Beyond CANN, which skips them:
+    saveMean/saveInvstd and gradWeight/gradBias must have length C, so nothing is read or
+    written past a buffer; the call attributes must have their types.
+    """
+    check_not_null(OP, (("gradOut", grad_out), ("input", input)))
+    dy = check_array(OP, "gradOut", grad_out)
+    x = check_array(OP, "input", input)
+    spec = _config.resolve_soc(soc, OP)
+    forced = parse_strategy(OP, FastBatchNormBackwardStrategy, strategy)
+    if x.size == 0 or dy.size == 0:
+        return _empty_executor(spec, x, weight, output_mask, (grad_input, grad_weight, grad_bias), outputs_required)
+    check_supported(OP, "aclnnFastBatchNormBackward", spec, DTYPES if spec.arch in SUPPORTED_ARCHS else ())
+    mask = _check_mask(output_mask)
+    if outputs_required:
+        check_not_null(OP, tuple((name, out) for name, out, m in zip(OUTPUTS, (grad_input, grad_weight, grad_bias),
+                                                                     mask, strict=True) if m))
+    _check_dtype("gradOut", dy)
+    _check_dtype("input", x)
+    if x.dtype != dy.dtype:
+        raise InvalidParameterError(OP, "input", f"dtype must equal gradOut's ({dtype_name(dy.dtype)})",
+                                    dtype_name(x.dtype))
+    for name, out, m in zip(OUTPUTS, (grad_input, grad_weight, grad_bias), mask, strict=True):
+        if m and out is not None:
+            _check_dtype(name, out)
+    for name, value in (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
+                        ("saveMean", save_mean), ("saveInvstd", save_invstd)):
+        if value is not None:
+            _check_dtype(name, value)
+    check_rank(OP, "input", x)
+    check_rank(OP, "gradOut", dy)
+    if dy.shape != x.shape:
+        raise InvalidParameterError(OP, "gradOut", f"shape must equal input's {x.shape}", dy.shape)
+    if mask[0] and grad_input is not None:
+        if grad_input.shape != x.shape:
+            raise InvalidParameterError(OP, "gradInput", f"shape must equal gradOut's {x.shape}", grad_input.shape)
+        if not grad_input.flags.writeable:
+            raise InvalidParameterError(OP, "gradInput", "must be writeable", "a read-only array")
+    channels = x.shape[1]
+    for name, value in (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
+                        ("saveMean", save_mean), ("saveInvstd", save_invstd)):
+        _check_vector(name, value, channels)
+    _check_vector("gradWeight", grad_weight if mask[1] else None, channels, written=True)
+    _check_vector("gradBias", grad_bias if mask[2] else None, channels, written=True)
+    if not isinstance(training, (bool, np.bool_)):
+        raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
+    eps = check_real(OP, "eps", eps)
+    if not isinstance(version, numbers.Integral) or isinstance(version, bool):
+        raise InvalidParameterError(OP, "version", "must be an int (CANN ignores its value)", repr(version))
+    try:
+        plan = tiling.plan_fast_batch_norm_backward(x.shape, dtype_name(x.dtype), spec, forced,
+                                                    training=bool(training), weight_dtype="float32")
+    except tiling.TilingError as exc:
+        raise TilingError(OP, str(exc)) from exc
+    grad_dtype = weight.dtype if weight is not None else x.dtype
+
+    def run(workspace: np.ndarray):
+        gi = grad_input if grad_input is not None or not mask[0] else np.empty(x.shape, x.dtype)
+        mean, scale, w = statistics(plan, weight, running_mean, running_var, save_mean, save_invstd, eps)
+        dy3, x3 = fused_views(plan, dy, x)
+        direct = mask[0] and not plan.transposed and gi.dtype == x.dtype and gi.flags.c_contiguous
+        dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), x.dtype)
+        gw = f32_buffer(grad_weight, channels)
+        gb = f32_buffer(grad_bias, channels)
+        kernel.backward(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, plan.cached_kernel_args(),
+                        mean, scale, w, plan.training, mask[0], gw, gb)
+        if mask[0] and not direct:
+            gi[...] = _unfuse(plan, dx3)
+        results = [gi, grad_weight, grad_bias]
+        for i, result, m in ((1, gw, mask[1]), (2, gb, mask[2])):
+            if m and results[i] is None:
+                results[i] = result.astype(grad_dtype, copy=False)
+        write_back(((grad_weight if mask[1] else None, gw), (grad_bias if mask[2] else None, gb)))
+        return tuple(r if m else None for r, m in zip(results, mask, strict=True))
+
+    return Executor(OP, plan, run)
+
+
+def _empty_executor(spec, x, weight, output_mask, outputs, outputs_required) -> Executor:
+    """The op_api's early exit for an empty input: success, no workspace, no kernel, nothing written.
+
+    The Pythonic layer still answers: an empty grad_input and zero sums for grad_weight/grad_bias."""
+    plan = tiling.plan_fast_batch_norm_backward(x.shape if x.ndim >= 2 else (0, 0), "float32",
+                                                spec if spec.arch in SUPPORTED_ARCHS else "host", "empty")
+    if outputs_required:
+        return Executor(OP, plan, lambda workspace: outputs)
+    mask = _check_mask(output_mask)
+    channels = x.shape[1] if x.ndim >= 2 else 0
+    grad_dtype = weight.dtype if isinstance(weight, np.ndarray) else x.dtype
+    results = (np.empty(x.shape, x.dtype), np.zeros(channels, grad_dtype), np.zeros(channels, grad_dtype))
+    return Executor(OP, plan, lambda workspace: tuple(r if m else None for r, m in zip(results, mask, strict=True)))
+
+
+def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, running_mean, running_var, save_mean,
+                             save_invstd, training: bool, eps: float, output_mask=(True, True, True), version: int = 0,
+                             *, soc=None, strategy=None, out=None):
+    """Batch-norm backward over every axis but 1: ``(grad_input, grad_weight, grad_bias)``.
+
+    Training uses ``save_mean`` and ``save_invstd`` (the reciprocal standard deviation, as PyTorch's
+    and the aclnn parameter table say; the A2 kernel reads that input as a variance, which normkern
+    does not copy); inference uses ``running_mean`` and ``running_var`` with ``eps``. Missing
+    tensors are filled as CANN does (weight 1, means 0, variances 1). ``output_mask`` selects the
+    outputs; a masked one comes back as None. ``version`` is accepted and ignored, as in CANN.
+
+    grad_input takes grad_out's dtype; grad_weight and grad_bias take weight's (grad_out's when weight
+    is None). Compute is float32. ``out=(grad_input, grad_weight, grad_bias)`` writes into
+    preallocated arrays (None where masked). ``soc`` picks the plan (default Ascend910B2: the exact A2
+    tiling); ``strategy`` forces a template.
+    """
+    outputs = (None, None, None)
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise InvalidParameterError(OP, "out", "must be a (grad_input, grad_weight, grad_bias) triple",
+                                        repr(type(out)))
+        outputs = tuple(out)
+    executor = prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
+                       output_mask, version, *outputs, soc=soc, strategy=strategy, outputs_required=out is not None)
+    return executor.run_private()
+
+
+def bytes_moved(shape, dtype, training: bool = True) -> int:
+    """The memory-traffic floor: grad_out and input read once, grad_input written once (3 tensor passes).
+
+    Training reads each channel twice (reductions, then dx); the second read is counted as free,
+    which holds while a channel stays cache-resident."""
+    count = 1
+    for extent in shape:
+        count *= extent
+    return 3 * count * np.dtype(dtype).itemsize

@@ -1,0 +1,190 @@
+"""FastBatchNormBackward kernels: the BatchNormGradV3 plans executed step by step, in float32.
+
+Per channel ``c`` with ``n = B0*B1`` elements, ``w = weight[c]``, ``m`` the mean and ``r`` the
+inverse standard deviation (training: ``save_mean``, ``save_invstd``; inference: ``running_mean``
+and ``1/sqrt(running_var + eps)``, 0 where that square root is 0, as the A2 kernel)::
+
+    sum_dy  = sum dy                       grad_bias   = sum_dy
+    sum_dyx = sum (x - m) * dy             grad_weight = sum_dyx * r
+    training:  k  = (grad_weight * r) / n,   s = sum_dy * (1 / n)
+               dx = (((dy - s) - (x - m) * k) * r) * w
+    inference: dx = (dy * r) * w           (fused into the reduction pass)
+
+each product and sum rounded to float32 in that order (no FMA), as the A2 split-load kernels
+compute it. Both sums follow the plan: a core's UB passes are added elementwise into two float32
+buffers of ``fold_len`` elements (plane ``j`` of a pass at offset ``j * b1_align``), which are then
+reduced by one fold-halves ReduceSum each. In a cross-core phase each core writes its two partials
+to its workspace slot; after the phase (the NPU's SyncAll) every core of a group adds the group's
+slots in core order, and computes dx for its own blocks. ``prange`` runs over the plan's cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..._dtypes import from_f32, to_f32
+from ..._lanes import LANES, fold_halves
+
+F32 = np.float32
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _add_row(acc_dy, acc_dyx, dy_row, x_row, mean):
+    for i in range(dy_row.shape[0]):
+        d = to_f32(dy_row[i])
+        acc_dy[i] += d
+        acc_dyx[i] += (to_f32(x_row[i]) - mean) * d
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _add_row_infer(acc_dy, acc_dyx, dy_row, x_row, dx_row, mean, scale, weight):
+    like = dx_row[0]
+    for i in range(dy_row.shape[0]):
+        d = to_f32(dy_row[i])
+        acc_dy[i] += d
+        acc_dyx[i] += (to_f32(x_row[i]) - mean) * d
+        dx_row[i] = from_f32((d * scale) * weight, like)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _dx_row(dy_row, x_row, dx_row, mean, shift, k, scale, weight):
+    like = dx_row[0]
+    for i in range(dy_row.shape[0]):
+        d = to_f32(dy_row[i])
+        dx_row[i] = from_f32((((d - shift) - (to_f32(x_row[i]) - mean) * k) * scale) * weight, like)
+
+
+@njit(cache=True, error_model="numpy")
+def _pass_extent(args, block, last):
+    """(plane, hw_start, hw_len, planes) of the UB pass that starts at ``block``; ``last`` ends the job."""
+    if args.split_hw:
+        plane = block // args.hw_blocks
+        hw_start = (block - plane * args.hw_blocks) * args.hw_block
+        return plane, hw_start, min(args.hw_block, args.b1 - hw_start), 1
+    return block, 0, args.b1, min(args.planes_per_pass, last - block)
+
+
+@njit(cache=True, error_model="numpy")
+def _reduce_job(dy, x, dx, args, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+    """The two sums of channel ``c`` over blocks [first, first + count), in the plan's pass order;
+    ``fuse_dx`` also writes the inference dx of every element it reads."""
+    last = first + count
+    step = 1 if args.split_hw else args.planes_per_pass
+    zero = args.hw_block if args.split_hw else min(args.planes_per_pass, count) * args.b1_align
+    acc_dy[:zero] = 0.0
+    acc_dyx[:zero] = 0.0
+    used = 0
+    for block in range(first, last, step):
+        plane, hw0, hw_len, planes = _pass_extent(args, block, last)
+        for j in range(planes):
+            lo = j * args.b1_align
+            dy_row = dy[plane + j, c, hw0:hw0 + hw_len]
+            x_row = x[plane + j, c, hw0:hw0 + hw_len]
+            if fuse_dx:
+                _add_row_infer(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row,
+                               dx[plane + j, c, hw0:hw0 + hw_len], mean, scale, weight)
+            else:
+                _add_row(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row, mean)
+        used = max(used, (planes - 1) * args.b1_align + hw_len)
+    return fold_halves(acc_dy, args.fold_len, used), fold_halves(acc_dyx, args.fold_len, used)
+
+
+@njit(cache=True, error_model="numpy")
+def _dx_job(dy, x, dx, args, c, first, count, mean, shift, k, scale, weight):
+    for block in range(first, first + count):
+        plane, hw0, hw_len, _ = _pass_extent(args, block, block + 1)
+        _dx_row(dy[plane, c, hw0:hw0 + hw_len], x[plane, c, hw0:hw0 + hw_len], dx[plane, c, hw0:hw0 + hw_len],
+                mean, shift, k, scale, weight)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _dx_factors(sum_dy, grad_weight, scale, count):
+    """(shift, k) of the training dx: sum_dy * (1/n) and (grad_weight * r) / n."""
+    n = F32(count)
+    return sum_dy * (F32(1.0) / n), (grad_weight * scale) / n
+
+
+@njit(cache=True, error_model="numpy")
+def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+    """A core's single-core jobs: each channel reduced, finished and (training) its dx, while it is hot."""
+    acc_dy = np.empty(max(args.fold_len, LANES), F32)
+    acc_dyx = np.empty(max(args.fold_len, LANES), F32)
+    fuse_dx = write_dx and not training
+    for job in jobs:
+        first, count = args.job_block_start[job], args.job_block_count[job]
+        for c in range(args.job_channel_start[job], args.job_channel_start[job] + args.job_channel_count[job]):
+            s_dy, s_dyx = _reduce_job(dy, x, dx, args, c, first, count, mean[c], scale[c], weight[c], fuse_dx,
+                                      acc_dy, acc_dyx)
+            gw = s_dyx * scale[c]
+            grad_bias[c] = s_dy
+            grad_weight[c] = gw
+            if training and write_dx:
+                shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
+                _dx_job(dy, x, dx, args, c, first, count, mean[c], shift, k, scale[c], weight[c])
+
+
+@njit(cache=True, error_model="numpy")
+def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+    """One cross-core channel group: every member core's partials into its workspace slot, then (the
+    NPU's SyncAll) the slots added in core order, then each member's dx. Members are jobs
+    ``lead .. lead + size - 1`` (one job a core in these phases, sorted by core)."""
+    acc_dy = np.empty(max(args.fold_len, LANES), F32)
+    acc_dyx = np.empty(max(args.fold_len, LANES), F32)
+    size = args.job_group_size[lead]
+    first_slot = args.job_group_first[lead]
+    c = args.job_channel_start[lead]
+    fuse_dx = write_dx and not training
+    for job in range(lead, lead + size):
+        s_dy, s_dyx = _reduce_job(dy, x, dx, args, c, args.job_block_start[job], args.job_block_count[job], mean[c],
+                                  scale[c], weight[c], fuse_dx, acc_dy, acc_dyx)
+        slot = first_slot + job - lead
+        ws[args.dbias_offset + slot * 8] = s_dy
+        ws[args.dweight_offset + slot * 8] = s_dyx
+    s_dy = F32(0.0)
+    s_dyx = F32(0.0)
+    for slot in range(first_slot, first_slot + size):
+        s_dy += ws[args.dbias_offset + slot * 8]
+    for slot in range(first_slot, first_slot + size):
+        s_dyx += ws[args.dweight_offset + slot * 8]
+    gw = s_dyx * scale[c]
+    grad_bias[c] = s_dy
+    grad_weight[c] = gw
+    if training and write_dx:
+        shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
+        for job in range(lead, lead + size):
+            _dx_job(dy, x, dx, args, c, args.job_block_start[job], args.job_block_count[job], mean[c], shift, k,
+                    scale[c], weight[c])
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def backward(dy, x, dx, ws, args, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+    """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes.
+
+    ``grad_weight`` / ``grad_bias`` are float32 (C,); ``write_dx`` False leaves ``dx`` untouched.
+    Single-core phases run core by core; a cross-core phase runs group by group (each group on one
+    thread: its members' partials, the combine, then their dx, while the channel is in cache). The
+    additions are the plan's either way: every member's partial is its own blocks in its own order,
+    and the group's slots are added in core order.
+    """
+    phases = args.phase_core_jobs.shape[0]
+    cores = args.phase_core_jobs.shape[1] - 1
+    for phase in range(phases):
+        offsets = args.phase_core_jobs[phase]
+        begin, end = offsets[0], offsets[cores]
+        leads = 0
+        for job in range(begin, end):
+            leads += args.job_group_size[job] > 1 and args.job_group_first[job] == args.job_core[job]
+        if leads == 0:
+            for core in prange(cores):
+                _whole_jobs(dy, x, dx, args, range(offsets[core], offsets[core + 1]), mean, scale, weight, training,
+                            write_dx, grad_weight, grad_bias)
+            continue
+        lead_jobs = np.empty(leads, np.int64)
+        k = 0
+        for job in range(begin, end):
+            if args.job_group_size[job] > 1 and args.job_group_first[job] == args.job_core[job]:
+                lead_jobs[k] = job
+                k += 1
+        for g in prange(leads):
+            _group(dy, x, dx, ws, args, lead_jobs[g], mean, scale, weight, training, write_dx, grad_weight, grad_bias)
