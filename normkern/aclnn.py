@@ -26,6 +26,7 @@ from .errors import (
 )
 from .ops import batch_norm_gather_stats as _gather
 from .ops import batch_norm_stats as _bns
+from .ops import fast_batch_norm_backward as _fbn
 
 __all__ = [
     "ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
@@ -35,6 +36,7 @@ __all__ = [
     "aclrtCtxSetSysParamOpt", "aclrtCtxGetSysParamOpt", "aclGetRecentErrMsg", "Executor",
     "aclnnBatchNormStatsGetWorkspaceSize", "aclnnBatchNormStats",
     "aclnnBatchNormGatherStatsWithCountsGetWorkspaceSize", "aclnnBatchNormGatherStatsWithCounts",
+    "aclnnFastBatchNormBackwardGetWorkspaceSize", "aclnnFastBatchNormBackward",
 ]
 
 ACL_SUCCESS = 0
@@ -118,3 +120,19 @@ def aclnnBatchNormGatherStatsWithCountsGetWorkspaceSize(input, mean, invstd, run
 def aclnnBatchNormGatherStatsWithCounts(workspace, workspace_size, executor, stream=None) -> int:
     """Second phase: writes meanAll/invstdAll and updates runningMean/runningVar in place."""
     return _second_phase(_gather.OP, workspace, workspace_size, executor)
+
+
+def aclnnFastBatchNormBackwardGetWorkspaceSize(gradOut, input, weight, runningMean, runningVar, saveMean, saveInvstd,
+                                               training, eps, outputMask, version, gradInput, gradWeight, gradBias, *,
+                                               soc=None):
+    """First phase of aclnnFastBatchNormBackward: ``(status, workspace_size, executor)``.
+
+    An empty gradOut or input returns ``(0, 0, executor)`` before any other check, as the op_api."""
+    return _first_phase(lambda: _fbn.prepare(gradOut, input, weight, runningMean, runningVar, saveMean, saveInvstd,
+                                             training, eps, outputMask, version, gradInput, gradWeight, gradBias,
+                                             soc=soc))
+
+
+def aclnnFastBatchNormBackward(workspace, workspace_size, executor, stream=None) -> int:
+    """Second phase: writes the gradients selected by the first phase's outputMask."""
+    return _second_phase(_fbn.OP, workspace, workspace_size, executor)

@@ -441,7 +441,8 @@ class FastBatchNormBackwardPlan(Plan):
             end = 0
             for start, count in sorted(parts):
                 if start != end:
-                    raise ValueError(f"channel {channel}: blocks {end}..{start} are covered {'twice' if start < end else 'by no core'}")
+                    how = "twice" if start < end else "by no core"
+                    raise ValueError(f"channel {channel}: blocks {end}..{start} are covered {how}")
                 end = start + count
             if end != blocks:
                 raise ValueError(f"channel {channel}: the groups cover {end} of {blocks} blocks")
@@ -516,8 +517,8 @@ def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchN
         block_dim = cores if td["moreMultiChannel"] or td["morehalfChannel"] else td["needCoreNum"]
         core_split = Split.even(block_dim, block_dim)
         passes = td["bUbLoopMulti"] * (b0 if offset == 0 else 1)
-        levels = (ReduceLevel("ub_passes", Combine.SEQUENTIAL, passes, "a core's UB passes added elementwise, in order"),
-                  fold,
+        levels = (ReduceLevel("ub_passes", Combine.SEQUENTIAL, passes,
+                              "a core's UB passes added elementwise, in order"), fold,
                   ReduceLevel("cores", Combine.SEQUENTIAL, max(td["groupCore"], 2 if td["morehalfChannel"] else 1),
                               "a channel group's per-core partials in the workspace, added in core order"))
         regions = (("dbias_partials", (block_dim, PARTIAL_SLOT)), ("dweight_partials", (block_dim, PARTIAL_SLOT)))
@@ -551,6 +552,8 @@ def _check_full_load(p):
     limit = FULL_LOAD_TRAIN_LIMIT if p.training else FULL_LOAD_INFER_LIMIT
     if p.b_align > limit:
         return Rejection("full_load", f"bAlign={p.b_align} > {limit}", True)
+    if _full_load(p)[0]["cUbBlock"] < 1:  # never on A2 (12000 * 16 B < UB); possible on a custom SoC
+        return Rejection("full_load", f"a {p.soc.ub_bytes}-byte UB holds no channel of bAlign={p.b_align}", True)
     return None
 
 

@@ -97,3 +97,36 @@ def test_every_plan_is_consistent(shape, dtype, training, soc):
         assert (td["bUbLoop"] - 1) * td["b0UbBlock"] + td["b0UbBlockTail"] == plan.b0
     elif plan.strategy is S.SPLIT_LOAD:
         assert (td["bUbLoop"] - 1) * td["bUbBlock"] + td["bUbBlockTail"] == plan.b1
+
+
+def test_cross_core_jobs_follow_the_tiling_data():
+    """(32, 256, 56, 56) fp16: 5 whole channels a core, then 16 channels over groups of 3 cores (11+11+10 planes)."""
+    plan = plan_fast_batch_norm_backward((32, 256, 56, 56), "float16", "Ascend910B2")
+    whole = [j for j in plan.jobs() if j.phase == 0]
+    groups = [j for j in plan.jobs() if j.phase == 2]
+    assert [(j.channel_start, j.channel_count) for j in whole[:2]] == [(0, 5), (5, 5)] and len(whole) == 48
+    assert [(j.core, j.channel_start, j.block_start, j.block_count, j.group_first) for j in groups[:4]] == [
+        (0, 240, 0, 11, 0), (1, 240, 11, 11, 0), (2, 240, 22, 10, 0), (3, 241, 0, 11, 3)]
+    assert plan.planes_per_pass == 3 and plan.fold_len == 12256 and not plan.split_hw
+
+
+def test_pairs_phase_idles_an_odd_last_core():
+    import dataclasses
+
+    from tiling import get_soc
+    soc = dataclasses.replace(get_soc("Ascend910B2"), name="odd", arch="host", vector_cores=5)
+    plan = plan_fast_batch_norm_backward((400, 8, 50), "float32", soc)
+    pairs = [j for j in plan.jobs() if j.phase == 1]
+    assert plan.tiling_data["morehalfChannel"] == 1 and [j.core for j in pairs] == [0, 1, 2, 3]
+
+
+def test_a_broken_job_table_is_caught():
+    import dataclasses
+
+    plan = plan_fast_batch_norm_backward((32, 256, 56, 56), "float16", "Ascend910B2")
+    bad = dict(plan.tiling_data, groupBlockNumTail=9)       # the last core of each group misses a plane
+    with pytest.raises(ValueError, match="the groups cover 31 of 32 blocks"):
+        dataclasses.replace(plan, tiling_data=bad)
+    bad = dict(plan.tiling_data, coreChannelNum=4)          # whole 0..191, groups 192..207: 208.. by no core
+    with pytest.raises(ValueError, match="channel 208 is covered 0 times"):
+        dataclasses.replace(plan, tiling_data=bad)

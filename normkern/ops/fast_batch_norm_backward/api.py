@@ -91,7 +91,7 @@ def fused_views(plan: FastBatchNormBackwardPlan, *tensors: np.ndarray) -> list[n
     return views
 
 
-def _unfuse(plan: FastBatchNormBackwardPlan, dx3: np.ndarray) -> np.ndarray:
+def unfused_view(plan: FastBatchNormBackwardPlan, dx3: np.ndarray) -> np.ndarray:
     """The inverse of :func:`fused_views` for one result, shaped like the input."""
     n, c = plan.shape[0], plan.shape[1]
     if plan.transposed:
@@ -174,7 +174,7 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         kernel.backward(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, plan.cached_kernel_args(),
                         mean, scale, w, plan.training, mask[0], gw, gb)
         if mask[0] and not direct:
-            gi[...] = _unfuse(plan, dx3)
+            gi[...] = unfused_view(plan, dx3)
         results = [gi, grad_weight, grad_bias]
         for i, result, m in ((1, gw, mask[1]), (2, gb, mask[2])):
             if m and results[i] is None:

@@ -41,7 +41,8 @@ def fast_batch_norm_backward_reference(grad_out, input, weight, running_mean, ru
     sum_dy = dy.sum(axis=axes)
     dot = (xm * dy).sum(axis=axes)
     if training:
-        grad_input = (dy - (sum_dy / n).reshape(bshape) - xm * (dot * r * r / n).reshape(bshape)) * (r * w).reshape(bshape)
+        grad_input = dy - (sum_dy / n).reshape(bshape) - xm * (dot * r * r / n).reshape(bshape)
+        grad_input = grad_input * (r * w).reshape(bshape)
     else:
         grad_input = dy * (r * w).reshape(bshape)
     return grad_input, dot * r, sum_dy
