@@ -97,7 +97,7 @@ def from_f32(value, like):
     raise NotImplementedError("from_f32 is only available inside @njit code")
 
 
-@overload(from_f32, inline="always")
+@overload(from_f32)
 def _from_f32_overload(value, like):
     if like == types.float32:
         return lambda value, like: value
@@ -113,7 +113,7 @@ def to_f32(value):
     raise NotImplementedError("to_f32 is only available inside @njit code")
 
 
-@overload(to_f32, inline="always")
+@overload(to_f32)
 def _to_f32_overload(value):
     if value == types.float32:
         return lambda value: value

@@ -38,6 +38,7 @@ CASES = [
     ((31, 10, 30), "split_load", "split N, two passes + 1 plane"),
     ((46, 10, 30), "split_load", "split N, three passes + 1 plane"),
     ((4, 7, 5000), "split_load_cross_core", "whole channels, then groups of 2 splitting HW"),
+    ((7, 6, 3025), "split_load_cross_core", "groups of 5 splitting HW, a member starting on a tail chunk"),
     ((400, 8, 50), "split_load_cross_core", "whole channels, pairs (an odd core idles), a group of 5"),
     ((400, 3, 50), "split_load_cross_core", "pairs then a group, no whole channels"),
     ((400, 4, 50), "split_load_cross_core", "pairs then groups of 2"),

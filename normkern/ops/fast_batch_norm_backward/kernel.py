@@ -30,20 +30,32 @@ F32 = np.float32
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _add_row(acc_dy, acc_dyx, dy_row, x_row, mean):
+def _add_row(acc_dy, acc_dyx, dy_row, x_row, mean, first):
+    """acc += (dy, (x - mean) * dy) elementwise; the first pass adds onto +0 without reading acc."""
     for i in range(dy_row.shape[0]):
         d = to_f32(dy_row[i])
-        acc_dy[i] += d
-        acc_dyx[i] += (to_f32(x_row[i]) - mean) * d
+        v = (to_f32(x_row[i]) - mean) * d
+        if first:
+            acc_dy[i] = F32(0.0) + d
+            acc_dyx[i] = F32(0.0) + v
+        else:
+            acc_dy[i] += d
+            acc_dyx[i] += v
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _add_row_infer(acc_dy, acc_dyx, dy_row, x_row, dx_row, mean, scale, weight):
+def _add_row_infer(acc_dy, acc_dyx, dy_row, x_row, dx_row, mean, scale, weight, first):
+    """``_add_row`` that also stores the inference dx of each element it reads."""
     like = dx_row[0]
     for i in range(dy_row.shape[0]):
         d = to_f32(dy_row[i])
-        acc_dy[i] += d
-        acc_dyx[i] += (to_f32(x_row[i]) - mean) * d
+        v = (to_f32(x_row[i]) - mean) * d
+        if first:
+            acc_dy[i] = F32(0.0) + d
+            acc_dyx[i] = F32(0.0) + v
+        else:
+            acc_dy[i] += d
+            acc_dyx[i] += v
         dx_row[i] = from_f32((d * scale) * weight, like)
 
 
@@ -55,7 +67,7 @@ def _dx_row(dy_row, x_row, dx_row, mean, shift, k, scale, weight):
         dx_row[i] = from_f32((((d - shift) - (to_f32(x_row[i]) - mean) * k) * scale) * weight, like)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _pass_extent(args, block, last):
     """(plane, hw_start, hw_len, planes) of the UB pass that starts at ``block``; ``last`` ends the job."""
     if args.split_hw:
@@ -65,32 +77,47 @@ def _pass_extent(args, block, last):
     return block, 0, args.b1, min(args.planes_per_pass, last - block)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
+def _zero(buf, start, stop):
+    for i in range(start, stop):
+        buf[i] = 0.0
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def _reduce_job(dy, x, dx, args, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
     """The two sums of channel ``c`` over blocks [first, first + count), in the plan's pass order;
-    ``fuse_dx`` also writes the inference dx of every element it reads."""
+    ``fuse_dx`` also writes the inference dx of every element it reads.
+
+    The buffers are never zeroed as a whole: the first pass writes ``0 + value`` (the same bits as
+    adding onto a zeroed buffer), the plane pads inside it and any longer later pass's extra
+    positions are zeroed, and the fold reads only the ``used`` prefix."""
     last = first + count
     step = 1 if args.split_hw else args.planes_per_pass
-    zero = args.hw_block if args.split_hw else min(args.planes_per_pass, count) * args.b1_align
-    acc_dy[:zero] = 0.0
-    acc_dyx[:zero] = 0.0
     used = 0
     for block in range(first, last, step):
         plane, hw0, hw_len, planes = _pass_extent(args, block, last)
+        is_first = block == first
+        extent = (planes - 1) * args.b1_align + hw_len
+        if not is_first and extent > used:  # a split-HW job may start on a short tail chunk
+            _zero(acc_dy, used, extent)
+            _zero(acc_dyx, used, extent)
         for j in range(planes):
             lo = j * args.b1_align
             dy_row = dy[plane + j, c, hw0:hw0 + hw_len]
             x_row = x[plane + j, c, hw0:hw0 + hw_len]
             if fuse_dx:
                 _add_row_infer(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row,
-                               dx[plane + j, c, hw0:hw0 + hw_len], mean, scale, weight)
+                               dx[plane + j, c, hw0:hw0 + hw_len], mean, scale, weight, is_first)
             else:
-                _add_row(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row, mean)
-        used = max(used, (planes - 1) * args.b1_align + hw_len)
+                _add_row(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row, mean, is_first)
+            if is_first and j < planes - 1:
+                _zero(acc_dy, lo + hw_len, lo + args.b1_align)
+                _zero(acc_dyx, lo + hw_len, lo + args.b1_align)
+        used = max(used, extent)
     return fold_halves(acc_dy, args.fold_len, used), fold_halves(acc_dyx, args.fold_len, used)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _dx_job(dy, x, dx, args, c, first, count, mean, shift, k, scale, weight):
     for block in range(first, first + count):
         plane, hw0, hw_len, _ = _pass_extent(args, block, block + 1)

@@ -1,0 +1,83 @@
+"""FastBatchNormBackward speed: normkern (default A2 plan and host plan) against PyTorch, same run.
+
+Targets (2 threads): >= 1.5x ``torch.ops.aten.native_batch_norm_backward`` (training and inference)
+at (32,64,56,56), (256,256,14,14) and (8,512,7,7) in fp32, fp16 and bf16 (PyTorch given float32
+weight and statistics for the half rows, as it runs them); >= 80% of the same run's STREAM triad on
+(64,128,56,56) fp32 under the 3-tensor-pass model (``bytes_moved``).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import normkern
+import tiling
+from normkern.ops.fast_batch_norm_backward import bytes_moved
+
+from .conftest import STREAM_BYTES, median_seconds, record
+
+SHAPES = [(32, 64, 56, 56), (256, 256, 14, 14), (8, 512, 7, 7), (64, 128, 56, 56)]
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+SOCS = ("Ascend910B2", "host")
+
+
+def _torch_peer(dy, x, params, training):
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    def tt(a):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == ml_dtypes.bfloat16 else \
+            torch.from_numpy(a)
+
+    args = (tt(dy), tt(x), *map(torch.from_numpy, params))
+    return lambda: torch.ops.aten.native_batch_norm_backward(*args, training, 1e-5, [True, True, True])
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "infer"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_fast_batch_norm_backward(benchmark, environment, stream, shape, dtype, training):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) + 3).astype(DTYPES[dtype])
+    dy = rng.standard_normal(shape).astype(DTYPES[dtype])
+    c = shape[1]
+    weight, save_mean = rng.uniform(0.5, 2, c).astype(np.float32), np.full(c, 3, np.float32)
+    save_invstd, running_var = np.ones(c, np.float32), np.ones(c, np.float32)
+    params = (weight, save_mean, running_var, save_mean, save_invstd)
+    out = (np.empty(shape, x.dtype), np.empty(c, np.float32), np.empty(c, np.float32))
+    nbytes = bytes_moved(shape, dtype, training)
+    row = {"op": "fast_batch_norm_backward", "shape": "x".join(map(str, shape)), "dtype": dtype,
+           "mode": "train" if training else "infer"}
+    runs = {}
+    for soc in SOCS:
+        row[f"plan_{soc}"] = str(tiling.plan_fast_batch_norm_backward(shape, dtype, soc, training=training,
+                                                                       weight_dtype="float32"))
+        runs[f"nk_{soc}"] = lambda soc=soc: normkern.fast_batch_norm_backward(dy, x, *params, training, 1e-5,
+                                                                              soc=soc, out=out)
+    peer = _torch_peer(dy, x, params, training)
+    if peer is not None:
+        runs["torch"] = peer
+    runs["stream_triad"] = stream.triad
+    times = {}
+    for _ in range(2):  # interleaved rounds, each implementation's best median
+        for name, fn in runs.items():
+            med, iqr = median_seconds(fn, rounds=11)
+            if name not in times or med < times[name][0]:
+                times[name] = (med, iqr)
+    benchmark.pedantic(runs["nk_Ascend910B2"], rounds=5, warmup_rounds=1)
+    triad_GBps = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
+    row["stream_triad_GBps"] = round(triad_GBps, 1)
+    for name, (med, iqr) in times.items():
+        row[f"{name}_ms"] = round(med * 1e3, 3)
+        row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
+    for soc in SOCS:
+        nk = times[f"nk_{soc}"][0]
+        row[f"nk_{soc}_triad_fraction"] = round(nbytes / nk / 1e9 / triad_GBps, 2)
+        if "torch" in times:
+            row[f"nk_{soc}_vs_torch"] = round(times["torch"][0] / nk, 2)
+    benchmark.extra_info.update(row)
+    record(row)
