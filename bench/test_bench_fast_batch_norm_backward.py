@@ -73,6 +73,7 @@ def test_fast_batch_norm_backward(benchmark, environment, stream, shape, dtype, 
     row["stream_triad_GBps"] = round(triad_GBps, 1)
     for name, (med, iqr) in times.items():
         row[f"{name}_ms"] = round(med * 1e3, 3)
+        row[f"{name}_iqr_ms"] = round(iqr * 1e3, 3)
         row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
     for soc in SOCS:
         nk = times[f"nk_{soc}"][0]
