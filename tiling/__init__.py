@@ -20,6 +20,11 @@ from .fast_batch_norm_backward import (
     FastBatchNormBackwardStrategy,
     plan_fast_batch_norm_backward,
 )
+from .group_norm_backward import (
+    GroupNormBackwardPlan,
+    GroupNormBackwardStrategy,
+    plan_group_norm_backward,
+)
 from .plan import SCHEMA_VERSION, Plan, Rejection, Strategy, StrategyRegistry, TilingError
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import DEFAULT_SOC, SocSpec, get_soc, host_soc, soc_names
@@ -28,6 +33,7 @@ from .workspace import Region, WorkspaceLayout
 
 __all__ = [
     "FastBatchNormBackwardPlan", "FastBatchNormBackwardStrategy", "plan_fast_batch_norm_backward",
+    "GroupNormBackwardPlan", "GroupNormBackwardStrategy", "plan_group_norm_backward",
     "GatherStatsArgs", "GatherStatsPlan", "GatherStatsStrategy", "plan_batch_norm_gather_stats_with_counts",
     "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",
     "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",

@@ -28,6 +28,12 @@ GOLDEN_CASES = {
                                                                             "Ascend910B2"),
     "fastbn_a2_f16_32x256x56x56": lambda: tiling.plan_fast_batch_norm_backward((32, 256, 56, 56), "float16",
                                                                               "Ascend910B2"),
+    "groupnorm_a2_f32_n12_c64_hw16384_g32": lambda: tiling.plan_group_norm_backward(12, 64, 128 * 128, 32, "float32",
+                                                                                    "Ascend910B2"),
+    "groupnorm_a2_f16_n2_c320_hw4096_g32": lambda: tiling.plan_group_norm_backward(2, 320, 4096, 32, "float16",
+                                                                                   "Ascend910B2"),
+    "groupnorm_a2_bf16_n8_c32_hw49_g8": lambda: tiling.plan_group_norm_backward(8, 32, 49, 8, "bfloat16",
+                                                                                "Ascend910B2"),
 }
 
 

@@ -1,0 +1,404 @@
+"""GroupNormBackward plans: the A2/A3 GroupNormGrad host tiling, reproduced exactly.
+
+Source: ``norm/group_norm_grad/op_host/group_norm_grad_tiling.cpp`` in hicann/ops-nn
+(``source="cann-ops-nn"`` on Ascend910B* and Ascend910_93; ``host`` gets a ``"modeled"`` plan from
+the same code with the CPU's figures). All host arithmetic is the code's: uint32 helpers
+``Ceil(a, b) = ((a - 1) / b + 1) * b``, ``DivCeil``, ``Floor``, wrapping as C++ does.
+
+A task is one ``(n, g)`` pair (``NxG`` of them), ``C_G = C / G`` channels of ``HxW`` elements.
+
+- Core split: ``taskNumPerCore = Ceil(NxG, cores) / cores``, ``coreNumUsed = (NxG - 1) /
+  taskNumPerCore + 1`` (block_dim), the first ``tailCore = NxG % coreNumUsed`` cores one task more
+  (``Split.even(NxG, coreNumUsed)``; the code's "tailCore" counts the *bigger* cores).
+- ``dtypeBytes`` 4 (fp32) or 6 (fp16/bf16: the input and its float32 copy), ``elePerBlock`` 8 or 16;
+  ``reserveSpace = 1024 + Ceil(C_G, elePerBlock) * dtypeBytes * 3``.
+- Stage-1 UB mode: 5 when ``HxW == 1``; 0 (a whole group in UB) when ``mode0UbCapGNum > 0``; 1 (one
+  channel) or 2 (several) from ``mode1UbCapCNum``; else 3 (HxW in chunks of ``mode2_ub_capacity_ele``,
+  the chunk sums combined with Kahan compensation).
+- Kernel key ``dtypeKey + 10 * (N > 2)`` (fp32 0, fp16 1, bf16 2): the code picks its "deterministic"
+  workspace path whenever N > 2 and never reads the determinism switch.
+- N > 2 (``cann`` strategy): each task atomically adds its C_G partials into workspace row
+  ``n // 2`` (two addends onto zero: batches 2k and 2k+1); stage 2 folds the ``ceil(N/2)`` rows per
+  channel chunk ``castEleNum`` in UB batches of ``coreBatchParts`` rows (a halving tree inside a
+  batch, batches added in order). fp32 splits the rows in two halves on ``2 * stage2CoreUsed``
+  cores whose results are atomically added onto the zeroed outputs (two addends again); fp16/bf16
+  uses ``stage2CoreUsed`` cores over all rows and casts. Workspace ``16 MiB + 2 * ceil(N/2) * C * 4``.
+- N <= 2: fp32 adds the task partials straight onto the zeroed outputs (workspace 16 MiB); fp16/bf16
+  goes through a ``(2, C)`` float32 workspace (``16 MiB + 2 * C * 4``) and a cast.
+- ``atomic`` (ours, only when asked): the code's N <= 2 path for any N, every task's partials added
+  onto the outputs in an arrival order: non-deterministic once N > 2, as the CANN docs warn.
+
+Deviations, each where the A2 code cannot be followed: on a one-core SoC an fp32 N > 2 plan would
+need ``castEleNum = Ceil(DivCeil(C, 0), 64) = 0`` and is refused (never on A2: ``coreNumUsed >= 3``
+whenever N > 2); the Ascend950 (arch35) tiling is a different code base and is not modeled.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
+from .reduction import Combine, LaneOrder, ReduceLevel, ReductionTree
+from .soc import SocSpec, get_soc
+from .split import Split
+from .workspace import Region, WorkspaceLayout
+
+OP = "group_norm_backward"
+U32 = 0xFFFFFFFF
+MAX_C = 240000
+UPPER_CARRYING_LIMIT = 8000
+RESERVE_SPACE = 1024
+UB_COPIES = 3
+STEP_SIZE = 64
+DTYPES = ("float32", "float16", "bfloat16")
+DTYPE_KEY = {"float32": 0, "float16": 1, "bfloat16": 2}
+MODE_0, MODE_1, MODE_2, MODE_3, MODE_5 = 0, 1, 2, 3, 5
+TILING_DATA_FIELDS = (
+    "Tiling_key", "N", "C", "HXW", "G", "NXG", "C_G", "task_num_per_core", "task_num_per_tail_core", "tail_core",
+    "mode1_ub_cap_C_num", "mode1_ub_iter_C_num", "mode1_ub_tail_C_num", "mode2_ub_capacity_ele",
+    "mode2_ub_iteration_num", "mode2_ub_tail_num", "workSpaceSize", "stage2CoreUsed", "castEleNum", "tailCastNum",
+    "coreBatchParts", "coreBatchPartsTailRepeat", "repeatTime4Stage2", "dx_is_require", "dgamma_is_require",
+    "dbeta_is_require")
+
+
+class GroupNormBackwardStrategy(enum.Enum):
+    EMPTY = "empty"
+    CANN = "cann"
+    ATOMIC = "atomic"
+
+
+S = GroupNormBackwardStrategy
+
+
+class GroupNormBackwardArgs(NamedTuple):
+    """What the kernels receive: ints and int64 arrays only."""
+
+    n: int
+    c: int
+    hxw: int
+    g: int
+    c_g: int
+    mode: int
+    chunk: int               # mode 3: elements of a HxW chunk (mode2_ub_capacity_ele)
+    align: int               # elements of a 32-byte block of the input (mode 0's aligned channels)
+    core_start: np.ndarray   # stage 1: each core's first task and task count
+    core_count: np.ndarray
+    pair_rows: int           # N > 2 workspace path: ceil(N / 2) rows of C partials (0 otherwise)
+    row_halves: int          # 2 when fp32 splits the rows over two halves of stage-2 cores, else 1
+    first_half_rows: int     # rows of the first half (ceil(ceil(N/2)/2)), or all rows
+    cast_elems: int          # stage 2: channels per stage-2 core (castEleNum)
+    stage2_cores: int
+    batch_rows: int          # stage 2: rows folded per UB batch (coreBatchParts)
+    dgamma_offset: int       # float32 offsets of the workspace arrays (0 when there is none)
+    dbeta_offset: int
+    ws_elems: int            # workSpaceSize: elements of each workspace array
+
+
+def _u32(value: int) -> int:
+    return value & U32
+
+
+def ceil_u32(a: int, b: int) -> int:
+    """The code's ``Ceil`` in uint32 (0 when b is 0, as its error branch returns)."""
+    a, b = _u32(a), _u32(b)
+    return 0 if b == 0 else _u32((_u32(a - 1) // b + 1) * b)
+
+
+def div_ceil_u32(a: int, b: int) -> int:
+    a, b = _u32(a), _u32(b)
+    return 0 if b == 0 else _u32(_u32(a - 1) // b + 1)
+
+
+def floor_u32(a: int, b: int) -> int:
+    a, b = _u32(a), _u32(b)
+    return 0 if b == 0 else a // b * b
+
+
+@dataclass(frozen=True)
+class GroupNormBackwardProblem:
+    n: int
+    c: int
+    hxw: int
+    g: int
+    dtype: str
+    out_dtype: str
+    mask: tuple[bool, bool, bool]
+    soc: SocSpec
+
+    @property
+    def c_g(self) -> int:
+        return self.c // self.g
+
+    @property
+    def dtype_bytes(self) -> int:
+        return 4 if self.dtype == "float32" else 6
+
+    @property
+    def ele_per_block(self) -> int:
+        return 8 if self.dtype == "float32" else 16
+
+
+def _stage1(p: GroupNormBackwardProblem) -> dict[str, int]:
+    """PlanStepCoreUsage and CalStage1TilingInfo."""
+    cores, ub = p.soc.vector_cores, p.soc.ub_bytes
+    nxg = p.n * p.g
+    epb, dbytes = p.ele_per_block, p.dtype_bytes
+    per_group_block = ceil_u32(p.c_g, epb)
+    if per_group_block > UPPER_CARRYING_LIMIT:
+        raise TilingError(f"[{OP}] channelPerGroup {p.c_g} is over the operator's carrying capacity "
+                          f"{UPPER_CARRYING_LIMIT}")
+    reserve = _u32(RESERVE_SPACE + per_group_block * dbytes * UB_COPIES)
+    tpc = ceil_u32(nxg, cores) // cores
+    used = _u32((nxg - 1) // tpc + 1)
+    tptc, tail_core = tpc, used
+    if nxg % used:
+        tptc, tail_core = tpc - 1, nxg % used
+    unaligned = 0 if p.hxw % 8 == 0 or p.c_g == 1 else _u32(2 * ceil_u32(p.hxw, epb) * 4)
+    mode0 = 0 if ub < reserve + unaligned else \
+        (ub - reserve - unaligned) // _u32(ceil_u32(p.c_g * p.hxw, epb) * dbytes * UB_COPIES)
+    mode1 = (ub - reserve) // _u32(ceil_u32(p.hxw, epb) * dbytes * UB_COPIES)
+    td = dict.fromkeys(TILING_DATA_FIELDS, 0)
+    td.update(N=p.n, C=p.c, HXW=p.hxw, G=p.g, NXG=nxg, C_G=p.c_g, task_num_per_core=tpc,
+              task_num_per_tail_core=tptc, tail_core=tail_core, mode1_ub_cap_C_num=_u32(mode1))
+    if mode1 > 0:
+        iters = ceil_u32(p.c_g, mode1) // _u32(mode1)
+        td["mode1_ub_iter_C_num"] = iters
+        td["mode1_ub_tail_C_num"] = _u32(mode1) if iters * mode1 == p.c_g else p.c_g - (iters - 1) * mode1
+    if p.hxw == 1:
+        mode = MODE_5
+    elif mode0 > 0:
+        mode = MODE_0
+    elif mode1 == 1:
+        mode = MODE_1
+    elif mode1 > 1:
+        mode = MODE_2
+    else:
+        mode = MODE_3
+        cap = floor_u32((ub - reserve) // (dbytes * UB_COPIES), epb * 8)
+        if cap == 0:
+            raise TilingError(f"[{OP}] mode2_ub_capacity_ele is 0: a {ub}-byte UB cannot hold a HxW chunk")
+        iters = ceil_u32(p.hxw, cap) // cap
+        td.update(mode2_ub_capacity_ele=cap, mode2_ub_iteration_num=iters,
+                  mode2_ub_tail_num=cap if p.hxw - iters * cap == 0 else p.hxw - (iters - 1) * cap)
+    td["Tiling_key"] = mode
+    td["_core_num_used"] = used
+    td["_mode0_groups"] = _u32(mode0)
+    return td
+
+
+def _stage2(p: GroupNormBackwardProblem, td: dict, workspace_path: bool) -> int:
+    """CalStage2TilingInfo; returns the user workspace bytes."""
+    used = td["_core_num_used"]
+    available = (p.soc.ub_bytes - RESERVE_SPACE) // 2
+    fp32_out = p.out_dtype == "float32"
+    if workspace_path:
+        td["workSpaceSize"] = div_ceil_u32(p.n, 2) * p.c
+        user = 2 * td["workSpaceSize"] * 4
+        if fp32_out:
+            if used // 2 == 0:
+                raise TilingError(f"[{OP}] coreNumUsed {used}: castEleNum = Ceil(DivCeil(C, coreNumUsed / 2), 64) "
+                                  "is 0, the fp32 stage 2 has no second half of cores")
+            cast = ceil_u32(div_ceil_u32(p.c, used // 2), STEP_SIZE)
+            available = available - cast * 4 if available > cast * 4 else 0
+            batches = div_ceil_u32(div_ceil_u32(p.n, 2), 2)
+        else:
+            cast = ceil_u32(div_ceil_u32(p.c, used), STEP_SIZE)
+            available = _u32(available - cast * (4 + 2))
+            batches = div_ceil_u32(p.n, 2)
+        stage2 = div_ceil_u32(p.c, cast)
+        td.update(castEleNum=cast, stage2CoreUsed=stage2, tailCastNum=p.c if stage2 == 1 else p.c - (stage2 - 1) * cast)
+        parts = min(available // (cast * 4), batches)
+        if parts == 0:
+            raise TilingError(f"[{OP}] coreBatchParts is 0: a {p.soc.ub_bytes}-byte UB cannot hold one row of "
+                              f"{cast} partials")
+        td.update(coreBatchParts=parts, coreBatchPartsTailRepeat=batches % parts or parts,
+                  repeatTime4Stage2=div_ceil_u32(batches, parts))
+        return user
+    if fp32_out:
+        return 0
+    cast = ceil_u32(div_ceil_u32(p.c, used), STEP_SIZE)
+    stage2 = div_ceil_u32(p.c, cast)
+    td.update(castEleNum=cast, workSpaceSize=p.c, stage2CoreUsed=stage2,
+              tailCastNum=p.c if stage2 == 1 else p.c - (stage2 - 1) * cast)
+    return 2 * p.c * 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupNormBackwardPlan(Plan):
+    op = OP
+    explain_properties = ("mode_text",)
+    explain_notes = (
+        "per task (n, g), per channel: sum dy and sum x_hat * dy over HxW, each one ReduceSum in the A2 "
+        "fold-halves order (mode 3: per HxW chunk, the chunk sums combined with Kahan compensation)",
+        "dx per task from the task's own sums, in the A2 kernel's formula for the mode",
+    )
+
+    strategy: GroupNormBackwardStrategy
+    n: int = unit("", "N")
+    c: int = unit("channels", "C")
+    hxw: int = unit("elements", "HxW, elements of a channel")
+    g: int = unit("groups", "group")
+    dtype: str = unit("", "dtype of grad_out / input")
+    out_dtype: str = unit("", "dtype of mean, rstd, gamma and grad_gamma / grad_beta")
+    mode: int = unit("", "stage-1 UB mode (0 group in UB, 1 one channel, 2 channels, 3 HxW chunks, 5 HxW == 1)")
+    mode0_groups: int = unit("groups", "mode0UbCapGNum: whole groups the UB holds (mode 0 when > 0)")
+
+    @property
+    def c_g(self) -> int:
+        return self.c // self.g if self.g else 0
+
+    @property
+    def mode_text(self) -> str:
+        """what the stage-1 mode keeps in UB"""
+        return {MODE_0: "a whole group", MODE_1: "one channel", MODE_2: "several channels",
+                MODE_3: "a HxW chunk", MODE_5: "HxW == 1: no reduction per channel"}.get(self.mode, "-")
+
+    @property
+    def pair_rows(self) -> int:
+        """rows of the N > 2 workspace path (batches 2k and 2k+1 share a row)"""
+        return (self.n + 1) // 2 if self.strategy is S.CANN and self.n > 2 else 0
+
+    def check(self) -> None:
+        if self.strategy is S.EMPTY:
+            return
+        if tuple(self.tiling_data) != TILING_DATA_FIELDS:
+            raise ValueError("tiling_data must hold the GroupNormGradTilingData fields in struct order")
+        if self.core_split.total != self.n * self.g:
+            raise ValueError(f"core split covers {self.core_split.total} tasks, expected N*G = {self.n * self.g}")
+        td = self.tiling_data
+        if self.mode == MODE_3 and (td["mode2_ub_iteration_num"] - 1) * td["mode2_ub_capacity_ele"] + \
+                td["mode2_ub_tail_num"] != self.hxw:
+            raise ValueError("the HxW chunks do not cover HxW exactly")
+        if td["stage2CoreUsed"] and ((td["stage2CoreUsed"] - 1) * td["castEleNum"] + td["tailCastNum"] != self.c):
+            raise ValueError("the stage-2 channel chunks do not cover C exactly")
+        if self.pair_rows:
+            if self.workspace.region("partials").shape != (2, self.pair_rows, self.c):
+                raise ValueError(f"the workspace must hold (2, {self.pair_rows}, {self.c}) partial rows")
+            halves = 2 if self.out_dtype == "float32" else 1
+            if halves * td["stage2CoreUsed"] > self.block_dim:
+                raise ValueError("stage 2 needs more cores than the plan launches")
+
+    def summary_ub(self) -> str:
+        return f"mode{self.mode} {self.dtype}" if self.strategy is not S.EMPTY else "-"
+
+    def kernel_args(self) -> GroupNormBackwardArgs:
+        td = self.tiling_data
+        ranges = self.core_split.ranges()
+        rows = self.pair_rows
+        fp32_halves = rows and self.out_dtype == "float32"
+        offsets = [0, td["workSpaceSize"]]  # the dbeta array starts workSpaceSize floats after the dgamma array
+        return GroupNormBackwardArgs(
+            n=self.n, c=self.c, hxw=self.hxw, g=self.g, c_g=self.c_g, mode=self.mode,
+            chunk=td["mode2_ub_capacity_ele"], align=8 if self.dtype == "float32" else 16,
+            core_start=np.array([s for s, _ in ranges], np.int64),
+            core_count=np.array([k for _, k in ranges], np.int64),
+            pair_rows=rows, row_halves=2 if fp32_halves else 1,
+            first_half_rows=(rows + 1) // 2 if fp32_halves else rows,
+            cast_elems=td["castEleNum"], stage2_cores=td["stage2CoreUsed"], batch_rows=td["coreBatchParts"],
+            dgamma_offset=offsets[0], dbeta_offset=offsets[1], ws_elems=td["workSpaceSize"])
+
+
+def _build(p: GroupNormBackwardProblem, strategy: S, rejected) -> GroupNormBackwardPlan:
+    soc = p.soc
+    exact = soc.arch == "DAV_2201" and strategy is not S.ATOMIC  # CANN never picks atomic for N > 2
+    common = dict(soc=soc, strategy=strategy, source="cann-ops-nn" if exact else "modeled", rejected=rejected,
+                  n=p.n, c=p.c, hxw=p.hxw, g=p.g, dtype=p.dtype, out_dtype=p.out_dtype)
+    if strategy is S.EMPTY:
+        return GroupNormBackwardPlan(**common, tiling_key=None, block_dim=0, core_split=Split.even(0, 1),
+                                     tree=ReductionTree(()), workspace=WorkspaceLayout(0, 0), tiling_data=None,
+                                     mode=-1, mode0_groups=0)
+    td = _stage1(p)
+    workspace_path = strategy is S.CANN and p.n > 2
+    user = _stage2(p, td, workspace_path)
+    used = td.pop("_core_num_used")
+    mode0_groups = td.pop("_mode0_groups")
+    td.update(dx_is_require=int(p.mask[0]), dgamma_is_require=int(p.mask[1]), dbeta_is_require=int(p.mask[2]))
+    key = DTYPE_KEY[p.dtype] + 10 * int(workspace_path)
+    lanes = ReduceLevel("lanes", Combine.PAIRWISE, 64, "a channel's HxW (or chunk): fold halves, then pairwise")
+    levels = [lanes]
+    if td["Tiling_key"] == MODE_3:
+        levels.append(ReduceLevel("chunks", Combine.SEQUENTIAL, td["mode2_ub_iteration_num"],
+                                  "HxW chunk sums combined with Kahan compensation, in order"))
+    if workspace_path:
+        rows = (p.n + 1) // 2
+        levels.append(ReduceLevel("batch_pairs", Combine.ATOMIC, 2, "tasks (2k, g) and (2k+1, g) onto row k"))
+        levels.append(ReduceLevel("rows", Combine.SEQUENTIAL, rows, f"workspace rows in UB batches of "
+                                  f"{td['coreBatchParts']} (halving tree inside), batches in order"))
+        if p.out_dtype == "float32":
+            levels.append(ReduceLevel("halves", Combine.ATOMIC, 2, "the two row halves onto the zeroed output"))
+        shape = (2, rows, p.c)  # dgamma rows, then dbeta rows at workSpaceSize floats (the kernel's two buffers)
+    else:
+        detail = "every task's partials onto the zeroed output, in arrival order" if strategy is S.ATOMIC else \
+            "the N <= 2 tasks' partials onto the zeroed output (two addends commute)"
+        levels.append(ReduceLevel("tasks", Combine.ATOMIC, p.n, detail))
+        shape = (2, p.c) if user else None    # fp16/bf16: float32 dgamma, dbeta accumulators
+    # The code places the two arrays back to back with no alignment, so the region is built by hand.
+    name = "partials" if workspace_path else "accumulators"
+    regions = (Region(name, 0, user, "float32", shape),) if shape else ()
+    workspace = WorkspaceLayout(soc.system_workspace_bytes if used else 0, user, regions)
+    tiling_data = {name: td[name] for name in TILING_DATA_FIELDS}
+    return GroupNormBackwardPlan(
+        **common, tiling_key=key if soc.arch == "DAV_2201" else None, block_dim=used,
+        core_split=Split.even(p.n * p.g, used),
+        tree=ReductionTree(tuple(levels), LaneOrder.FOLD_HALVES), workspace=workspace, tiling_data=tiling_data,
+        mode=td["Tiling_key"], mode0_groups=mode0_groups)
+
+
+def _check_empty(p):
+    if p.n * p.c * p.hxw:
+        return Rejection("empty", f"input has {p.n * p.c * p.hxw} elements", True)
+    return None
+
+
+def _check_cann(p):
+    if not p.n * p.c * p.hxw:
+        return Rejection("cann", "input is empty", True)
+    return None
+
+
+def _check_atomic(p):
+    if not p.n * p.c * p.hxw:
+        return Rejection("atomic", "input is empty", True)
+    return Rejection("atomic", "the A2 code takes the workspace path; atomic only when asked for", False)
+
+
+REGISTRY = StrategyRegistry(OP, S, tuple(
+    Strategy(s, check, lambda p, r, s=s: _build(p, s, r))
+    for s, check in ((S.EMPTY, _check_empty), (S.CANN, _check_cann), (S.ATOMIC, _check_atomic))))
+
+
+def plan_group_norm_backward(n: int, c: int, hxw: int, group: int, dtype="float32",
+                             soc: str | SocSpec | None = None, strategy: str | S | None = None, *,
+                             out_dtype=None, output_mask=(True, True, True)) -> GroupNormBackwardPlan:
+    """Plan GroupNormGrad for ``N, C, HxW, group`` and the input ``dtype`` on ``soc``.
+
+    ``out_dtype`` is mean's dtype (grad_gamma / grad_beta take it); it defaults to ``dtype``, the only
+    choice on A2/A3. ``output_mask`` fills the ``*_is_require`` fields."""
+    name = dtype_name(dtype)
+    out = name if out_dtype is None else dtype_name(out_dtype)
+    return _plan_cached(int(n), int(c), int(hxw), int(group), name, out, tuple(bool(m) for m in output_mask),
+                        get_soc(soc), REGISTRY.parse(strategy))
+
+
+@lru_cache(maxsize=256)
+def _plan_cached(n, c, hxw, g, dtype, out_dtype, mask, soc, strategy) -> GroupNormBackwardPlan:
+    if soc.arch == "DAV_3510":
+        raise TilingError(f"[{OP}] the Ascend950 (arch35) GroupNormGrad tiling is not modeled; plan for an A2/A3 "
+                          "SoC or host")
+    if soc.arch not in ("DAV_2201", "host"):
+        raise TilingError(f"[{OP}] GroupNormGrad runs as its AscendC kernel only on Atlas A2/A3 (and the host model), "
+                          f"not on {soc.name}")
+    if min(n, c, hxw) < 0 or g <= 0:
+        raise TilingError(f"[{OP}] N, C, HxW must be non-negative and group positive, got {n}, {c}, {hxw}, {g}")
+    if c % g:
+        raise TilingError(f"[{OP}] C={c} must be a multiple of group={g}")
+    if dtype not in DTYPES or out_dtype not in DTYPES:
+        raise TilingError(f"[{OP}] dtypes must be among {', '.join(DTYPES)}, got {dtype} and {out_dtype}")
+    if soc.arch == "DAV_2201" and out_dtype != dtype:
+        raise TilingError(f"[{OP}] on {soc.name} mean's dtype must equal the input's ({dtype}), got {out_dtype}")
+    return REGISTRY.plan(GroupNormBackwardProblem(n, c, hxw, g, dtype, out_dtype, mask, soc), strategy)
