@@ -19,11 +19,13 @@ from .errors import (
 from .ops.batch_norm_gather_stats import batch_norm_gather_stats_with_counts
 from .ops.batch_norm_stats import batch_norm_stats
 from .ops.fast_batch_norm_backward import fast_batch_norm_backward
+from .ops.group_norm_backward import group_norm_backward
 
 __version__ = "0.1.0"
 
 __all__ = [
     "aclnn", "batch_norm_gather_stats_with_counts", "batch_norm_stats", "fast_batch_norm_backward",
+    "group_norm_backward",
     "get_default_soc", "get_deterministic", "set_default_soc", "set_deterministic",
     "DeterminismError", "InvalidParameterError", "NormkernError", "NullPointerError", "TilingError",
     "UnsupportedError", "WorkspaceError",

@@ -27,6 +27,7 @@ from .errors import (
 from .ops import batch_norm_gather_stats as _gather
 from .ops import batch_norm_stats as _bns
 from .ops import fast_batch_norm_backward as _fbn
+from .ops import group_norm_backward as _gnb
 
 __all__ = [
     "ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
@@ -37,6 +38,7 @@ __all__ = [
     "aclnnBatchNormStatsGetWorkspaceSize", "aclnnBatchNormStats",
     "aclnnBatchNormGatherStatsWithCountsGetWorkspaceSize", "aclnnBatchNormGatherStatsWithCounts",
     "aclnnFastBatchNormBackwardGetWorkspaceSize", "aclnnFastBatchNormBackward",
+    "aclnnGroupNormBackwardGetWorkspaceSize", "aclnnGroupNormBackward",
 ]
 
 ACL_SUCCESS = 0
@@ -136,3 +138,18 @@ def aclnnFastBatchNormBackwardGetWorkspaceSize(gradOut, input, weight, runningMe
 def aclnnFastBatchNormBackward(workspace, workspace_size, executor, stream=None) -> int:
     """Second phase: writes the gradients selected by the first phase's outputMask."""
     return _second_phase(_fbn.OP, workspace, workspace_size, executor)
+
+
+def aclnnGroupNormBackwardGetWorkspaceSize(gradOut, input, mean, rstd, gamma, N, C, HxW, group, outputMask, gradInput,
+                                           gradGammaOut, gradBetaOut, *, soc=None):
+    """First phase of aclnnGroupNormBackward: ``(status, workspace_size, executor)``.
+
+    Runs the default (``cann``) plan: deterministic, whatever the determinism switch says, as the A2
+    code (the ``atomic`` strategy is reachable from the Pythonic layer)."""
+    return _first_phase(lambda: _gnb.prepare(gradOut, input, mean, rstd, gamma, N, C, HxW, group, outputMask,
+                                             gradInput, gradGammaOut, gradBetaOut, soc=soc))
+
+
+def aclnnGroupNormBackward(workspace, workspace_size, executor, stream=None) -> int:
+    """Second phase: writes the gradients selected by outputMask; the partial rows go to ``workspace``."""
+    return _second_phase(_gnb.OP, workspace, workspace_size, executor)

@@ -18,10 +18,20 @@ def _plan_gather(shape, dtype, soc, strategy):
     return tiling.plan_batch_norm_gather_stats_with_counts(shape[0], shape[1], dtype, soc, strategy)
 
 
+def _plan_group_norm(shape, dtype, soc, strategy, group=1):
+    if len(shape) < 2:
+        raise ValueError(f"group_norm_backward plans take --shape N,C[,spatial...] and --group, got {shape}")
+    hxw = 1
+    for extent in shape[2:]:
+        hxw *= extent
+    return tiling.plan_group_norm_backward(shape[0], shape[1], hxw, group, dtype, soc, strategy)
+
+
 #: ``--shape`` is the input's shape, or for the gather op the (D, C) shape of ``mean``.
 PLANNERS = {"batch_norm_stats": tiling.plan_batch_norm_stats,
             "batch_norm_gather_stats_with_counts": _plan_gather,
-            "fast_batch_norm_backward": tiling.plan_fast_batch_norm_backward}
+            "fast_batch_norm_backward": tiling.plan_fast_batch_norm_backward,
+            "group_norm_backward": _plan_group_norm}
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -48,7 +58,9 @@ def _cmd_socs(args) -> int:
 def _plan(args):
     if args.op == "fast_batch_norm_backward":
         return tiling.plan_fast_batch_norm_backward(args.shape, args.dtype, args.soc, args.strategy,
-                                                    training=not args.inference)
+                                                    training=not args.inference, weight_dtype="float32")
+    if args.op == "group_norm_backward":
+        return _plan_group_norm(args.shape, args.dtype, args.soc, args.strategy, args.group)
     return PLANNERS[args.op](args.shape, args.dtype, args.soc, args.strategy)
 
 
@@ -101,7 +113,39 @@ def _run_fast_batch_norm_backward(args, x, rng):
     return call, fast_batch_norm_backward_reference(dy, x, *stats, training, args.eps), simulated
 
 
-RUNNERS = {"batch_norm_stats": _run_batch_norm_stats, "fast_batch_norm_backward": _run_fast_batch_norm_backward}
+def _run_group_norm_backward(args, x, rng):
+    import normkern
+    from normkern.ops.group_norm_backward import (
+        arrival_order,
+        group_norm_backward_reference,
+        simulate,
+        task_statistics,
+        task_views,
+    )
+
+    n, c, group = x.shape[0], x.shape[1], args.group
+    hxw = x.size // max(n * c, 1)
+    dy = rng.standard_normal(x.shape).astype(x.dtype)
+    grouped = x.astype(np.float64).reshape(n, group, -1)
+    mean = grouped.mean(axis=-1).astype(x.dtype)
+    rstd = (1 / np.sqrt(grouped.var(axis=-1) + args.eps)).astype(x.dtype)
+    gamma = rng.uniform(0.5, 1.5, c).astype(x.dtype)
+    plan = _plan(args)
+
+    def call():
+        return normkern.group_norm_backward(dy, x, mean, rstd, gamma, n, c, hxw, group, soc=args.soc,
+                                            strategy=args.strategy, arrival_seed=0)
+
+    def simulated():
+        dy3, x3 = task_views(plan, dy, x)
+        dx, gg, gb = simulate(plan, dy3, x3, *task_statistics(plan, mean, rstd, gamma), arrival_order(plan, 0))
+        return dx.reshape(x.shape).astype(x.dtype), gg.astype(x.dtype), gb.astype(x.dtype)
+
+    return call, group_norm_backward_reference(dy, x, mean, rstd, gamma, n, c, hxw, group), simulated
+
+
+RUNNERS = {"batch_norm_stats": _run_batch_norm_stats, "fast_batch_norm_backward": _run_fast_batch_norm_backward,
+           "group_norm_backward": _run_group_norm_backward}
 
 
 def _cmd_run(args) -> int:
@@ -155,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
         cmd.set_defaults(func=func)
         cmd.add_argument("--inference", action="store_true", help="fast_batch_norm_backward: training=False")
+        cmd.add_argument("--group", type=int, default=1, help="group_norm_backward: the number of groups")
         if name == "run":
             cmd.add_argument("--eps", type=float, default=1e-5)
             cmd.add_argument("--repeat", type=int, default=10)

@@ -11,30 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiling import LANES, FastBatchNormBackwardPlan
+from tiling import FastBatchNormBackwardPlan
 
-F32 = np.float32
-
-
-def fold_halves(buf: np.ndarray) -> F32:
-    """The A2 ReduceSum order on a whole buffer: tail onto the front, halves down to 64, then pairwise."""
-    buf = buf.astype(F32, copy=True)
-    n = buf.shape[0]
-    if n > LANES:
-        half = LANES
-        while half * 2 < n:
-            half *= 2
-        buf[:n - half] = buf[:n - half] + buf[half:n]
-        while half > LANES:
-            half //= 2
-            buf[:half] = buf[:half] + buf[half:2 * half]
-    lanes = np.zeros(LANES, F32)
-    lanes[:min(n, LANES)] = buf[:min(n, LANES)]
-    width = LANES // 2
-    while width >= 1:
-        lanes[:width] = lanes[:width] + lanes[width:2 * width]
-        width //= 2
-    return lanes[0]
+from ..._simulate import F32, fold_halves
 
 
 def _passes(plan: FastBatchNormBackwardPlan, first: int, count: int):

@@ -1,0 +1,255 @@
+"""``group_norm_backward``: validation in the op_api order, the cached plan, the two stages."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+import tiling
+from tiling import GroupNormBackwardPlan, GroupNormBackwardStrategy
+
+from ... import _config
+from ..._buffers import f32_buffer, write_back
+from ..._checks import check_array, check_not_null, check_supported, parse_strategy
+from ..._dtypes import dtype_name, kernel_view
+from ..._executor import Executor
+from ...errors import DeterminismError, InvalidParameterError, TilingError
+from . import kernel
+
+OP = "group_norm_backward"
+F32 = np.float32
+#: Input dtypes by architecture (the aclnn product table; no bf16 on Atlas training, no op on 310P).
+SUPPORTED = {"DAV_2201": ("float32", "float16", "bfloat16"), "DAV_3510": ("float32", "float16", "bfloat16"),
+             "DAV_1001": ("float32", "float16"), "host": ("float32", "float16", "bfloat16")}
+#: mean dtypes allowed beside each grad_out dtype where mixed precision exists (950, and our host model).
+MIXED = {"float32": ("float32",), "float16": ("float16", "float32"), "bfloat16": ("bfloat16", "float32")}
+OUTPUTS = ("gradInput", "gradGammaOut", "gradBetaOut")
+S = GroupNormBackwardStrategy
+
+
+def arrival_order(plan: GroupNormBackwardPlan, seed: int | None = None) -> np.ndarray:
+    """(G, N): the order in which each group's N task partials reach the outputs.
+
+    Batch order for the ``cann`` plan (at most two addends meet there); for ``atomic`` a random
+    permutation per group, drawn from ``seed`` (fresh entropy when None), which replays a run."""
+    if plan.strategy is not S.ATOMIC:
+        return np.tile(np.arange(plan.n, dtype=np.int64), (plan.g, 1))
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(plan.n) for _ in range(plan.g)]).astype(np.int64).reshape(plan.g, plan.n)
+
+
+def _check_int(name: str, value) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise InvalidParameterError(OP, name, "must be an int", repr(value))
+    return int(value)
+
+
+def _numel(value) -> int:
+    return int(np.prod(value.shape, dtype=np.int64))
+
+
+def _check_mask(output_mask, outputs, outputs_required) -> tuple[bool, bool, bool]:
+    """CheckMaskNotNull, which the op_api maps to ACLNN_ERR_PARAM_INVALID (161002) for every case,
+    a null required output included (the doc says 161001)."""
+    if output_mask is None:
+        raise InvalidParameterError(OP, "outputMask", "must not be None", None)
+    try:
+        mask = tuple(output_mask)
+    except TypeError:
+        raise InvalidParameterError(OP, "outputMask", "must be a sequence of 3 bools", repr(output_mask)) from None
+    if len(mask) != 3 or not all(isinstance(m, (bool, np.bool_)) for m in mask):
+        raise InvalidParameterError(OP, "outputMask", "must be 3 bools (gradInput, gradGammaOut, gradBetaOut)",
+                                    repr(output_mask))
+    if outputs_required:
+        for name, out, m in zip(OUTPUTS, outputs, mask, strict=True):
+            if m and out is None:
+                raise InvalidParameterError(OP, name, "must not be None when its outputMask entry is true "
+                                            "(the op_api returns 161002 here)", None)
+    return tuple(bool(m) for m in mask)
+
+
+def _check_dtypes(spec, dy, x, mean, rstd, gamma, outputs, mask) -> None:
+    """CheckDtypeValid: gradOut in the product's list; then equal dtypes (A2/A3), or the mixed pairs
+    (mean float32 beside half activations) where the op supports them (950, host)."""
+    allowed = SUPPORTED[spec.arch]
+    for name, value in (("gradOut", dy), ("input", x), ("mean", mean), ("rstd", rstd), ("gamma", gamma)):
+        if value is not None:
+            check_array(OP, name, value)
+    dyt = dtype_name(dy.dtype)
+    if dyt not in allowed:
+        raise InvalidParameterError(OP, "gradOut", f"dtype must be one of {', '.join(allowed)} on {spec.name}", dyt)
+    mixed = spec.arch in ("DAV_3510", "host")
+    mean_t = dtype_name(mean.dtype)
+    if mixed and mean_t not in MIXED[dyt]:
+        raise InvalidParameterError(OP, "mean", f"dtype must be one of {', '.join(MIXED[dyt])} beside a {dyt} gradOut",
+                                    mean_t)
+    by_grad, by_mean = (dyt, "gradOut"), ((mean_t, "mean") if mixed else (dyt, "gradOut"))
+    checks = (("input", x, by_grad), ("mean", mean, by_mean), ("rstd", rstd, by_mean), ("gamma", gamma, by_mean),
+              (OUTPUTS[0], outputs[0] if mask[0] else None, by_grad),
+              (OUTPUTS[1], outputs[1] if mask[1] else None, by_mean),
+              (OUTPUTS[2], outputs[2] if mask[2] else None, by_mean))
+    for name, value, (want, source) in checks:
+        if value is not None and dtype_name(check_array(OP, name, value).dtype) != want:
+            raise InvalidParameterError(OP, name, f"dtype must be {want} (as {source})", dtype_name(value.dtype))
+
+
+def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, grad_input, grad_gamma, grad_beta, *,
+            soc=None, strategy=None, deterministic=None, arrival_seed=None, outputs_required=True) -> Executor:
+    """All checks in the op_api order (``CheckParams`` of aclnn_group_norm_backward.cpp), then the plan.
+
+    Order: gradOut/input/mean/rstd null (161001); outputMask and required outputs (161002, as the
+    code); dtypes (161002); group > 0 and C % group == 0, and on A2/A3 C/group <= 8000 and
+    C <= 240000 (161002); gradOut rank <= 8 and the numel rules of gradOut, input, mean, rstd,
+    gamma and the output shapes (161002). An empty gradOut or input then returns success with no
+    workspace. A SoC without the op gives 561003; a tiling the planner refuses 561002.
+    """
+    check_not_null(OP, (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd)))
+    spec = _config.resolve_soc(soc, OP)
+    check_supported(OP, "aclnnGroupNormBackward", spec, SUPPORTED.get(spec.arch, ()))
+    outputs = (grad_input, grad_gamma, grad_beta)
+    mask = _check_mask(output_mask, outputs, outputs_required)
+    _check_dtypes(spec, grad_out, input, mean, rstd, gamma, outputs, mask)
+    n, c, hxw, g = (_check_int(name, v) for name, v in (("N", N), ("C", C), ("HxW", HxW), ("group", group)))
+    if g <= 0:
+        raise InvalidParameterError(OP, "group", "must be greater than 0", g)
+    if c % g:
+        raise InvalidParameterError(OP, "group", f"must divide C={c}", g)
+    if spec.arch == "DAV_2201":
+        if c // g > tiling.group_norm_backward.UPPER_CARRYING_LIMIT:
+            raise InvalidParameterError(OP, "group", f"must leave C/group <= 8000 on {spec.name} (C={c})", g)
+        if c > tiling.group_norm_backward.MAX_C:
+            raise InvalidParameterError(OP, "C", f"must not exceed 240000 on {spec.name}", c)
+    if min(n, c, hxw) < 0:
+        raise InvalidParameterError(OP, "N, C, HxW", "must be non-negative", (n, c, hxw))
+    if grad_out.ndim > 8:
+        raise InvalidParameterError(OP, "gradOut", "must have rank <= 8", f"rank {grad_out.ndim}")
+    for name, value, want in (("gradOut", grad_out, n * c * hxw), ("input", input, n * c * hxw),
+                              ("mean", mean, n * g), ("rstd", rstd, n * g), ("gamma", gamma, c)):
+        if value is not None and _numel(value) != want:
+            what = {"gradOut": "N*C*HxW", "input": "N*C*HxW", "mean": "N*group", "rstd": "N*group", "gamma": "C"}
+            raise InvalidParameterError(OP, name, f"must have {what[name]} = {want} elements", f"shape {value.shape}")
+    gamma_shape = gamma.shape if gamma is not None else (c,)
+    for name, out, m, shape in zip(OUTPUTS, outputs, mask, (input.shape, gamma_shape, gamma_shape), strict=True):
+        if m and out is not None:
+            if out.shape != shape:
+                raise InvalidParameterError(OP, name, f"shape must be {shape}", out.shape)
+            if not out.flags.writeable:
+                raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
+    forced = parse_strategy(OP, S, strategy)
+    want_deterministic = _config.resolve_deterministic(deterministic, OP)
+    if arrival_seed is not None and (not isinstance(arrival_seed, numbers.Integral) or isinstance(arrival_seed, bool)
+                                     or arrival_seed < 0):
+        raise InvalidParameterError(OP, "arrival_seed", "must be a non-negative int or None", repr(arrival_seed))
+    empty = grad_out.size == 0 or input.size == 0
+    try:
+        plan = tiling.plan_group_norm_backward(n, c, hxw, g, dtype_name(grad_out.dtype), spec,
+                                               S.EMPTY if empty else forced, out_dtype=dtype_name(mean.dtype),
+                                               output_mask=mask)
+    except tiling.TilingError as exc:
+        raise TilingError(OP, str(exc)) from exc
+    if want_deterministic and not plan.deterministic:
+        raise DeterminismError(OP, "strategy", f"cannot be used while determinism is on: it adds each channel's "
+                               f"{plan.n} task partials in their arrival order", repr(plan.strategy.value))
+    stats_dtype = mean.dtype
+
+    def run(workspace: np.ndarray):
+        gi = grad_input if grad_input is not None or not mask[0] else np.empty(input.shape, grad_out.dtype)
+        gg = grad_gamma if grad_gamma is not None or not mask[1] else np.empty(gamma_shape, stats_dtype)
+        gb = grad_beta if grad_beta is not None or not mask[2] else np.empty(gamma_shape, stats_dtype)
+        if plan.strategy is not S.EMPTY:
+            _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace, arrival_seed)
+        elif not outputs_required:  # the Pythonic layer answers an empty input with zero sums
+            for out, m in ((gg, mask[1]), (gb, mask[2])):
+                if m:
+                    out[...] = 0
+        return tuple(o if m else None for o, m in zip((gi, gg, gb), mask, strict=True))
+
+    return Executor(OP, plan, run)
+
+
+def task_views(plan: GroupNormBackwardPlan, *tensors: np.ndarray) -> list[np.ndarray]:
+    """Each N*C*HxW tensor as the contiguous (N*G, C_G, HxW) array of tasks the kernels walk."""
+    return [np.ascontiguousarray(t).reshape(plan.n * plan.g, plan.c_g, plan.hxw) for t in tensors]
+
+
+def task_statistics(plan: GroupNormBackwardPlan, mean, rstd, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 mean and rstd per task (N*G,) and gamma (C,) (ones when None), widened exactly."""
+    gam = np.ones(plan.c, F32) if gamma is None else np.ascontiguousarray(gamma, dtype=F32).reshape(plan.c)
+    return (np.ascontiguousarray(mean, dtype=F32).reshape(-1), np.ascontiguousarray(rstd, dtype=F32).reshape(-1), gam)
+
+
+def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace, arrival_seed) -> None:
+    args = plan.cached_kernel_args()
+    dy3, x3 = task_views(plan, grad_out, input)
+    direct = mask[0] and gi.dtype == grad_out.dtype and gi.flags.c_contiguous
+    dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), grad_out.dtype)
+    m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
+    partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
+    kernel.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, mask[0], partials)
+    if mask[0] and not direct:
+        gi[...] = dx3.reshape(gi.shape)
+    dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)
+    second_stage(plan, partials, workspace, arrival_order(plan, arrival_seed), dgamma.reshape(-1), dbeta.reshape(-1))
+    write_back(((gg if mask[1] else None, dgamma.reshape(gg.shape) if mask[1] else dgamma),
+                (gb if mask[2] else None, dbeta.reshape(gb.shape) if mask[2] else dbeta)))
+
+
+def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
+    """The task partials to grad_gamma / grad_beta (float32 (C,)), through the workspace as the plan says."""
+    args = plan.cached_kernel_args()
+    fp32_out = plan.out_dtype == "float32"
+    if args.pair_rows:
+        kernel.pair_rows(partials, workspace, args)
+        halves = np.empty((args.row_halves, 2, plan.c), F32)
+        kernel.stage2_rows(workspace, args, halves)
+        if fp32_out:  # the two halves' atomic adds onto the zeroed outputs (two addends commute)
+            np.add(np.add(F32(0.0), halves[0, 0], dtype=F32), halves[1, 0], out=dgamma, dtype=F32)
+            np.add(np.add(F32(0.0), halves[0, 1], dtype=F32), halves[1, 1], out=dbeta, dtype=F32)
+        else:
+            dgamma[:], dbeta[:] = halves[0, 0], halves[0, 1]
+        return
+    if not fp32_out and plan.n == 1 and plan.strategy is S.CANN:  # N == 1: each task casts its own partials
+        dgamma[:] = partials[:, 0].reshape(-1)
+        dbeta[:] = partials[:, 1].reshape(-1)
+        return
+    if fp32_out:
+        kernel.add_in_order(partials, args, order, dgamma, dbeta)
+        return
+    ws_gamma = workspace[args.dgamma_offset:args.dgamma_offset + plan.c]
+    ws_beta = workspace[args.dbeta_offset:args.dbeta_offset + plan.c]
+    kernel.add_in_order(partials, args, order, ws_gamma, ws_beta)
+    dgamma[:], dbeta[:] = ws_gamma, ws_beta
+
+
+def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW: int, group: int,
+                        output_mask=(True, True, True), *, deterministic=None, soc=None, strategy=None,
+                        arrival_seed=None, out=None):
+    """Group-norm backward: ``(grad_input, grad_gamma, grad_beta)``, masked outputs None.
+
+    ``grad_out`` and ``input`` hold N*C*HxW elements in any shape (grad_input takes input's shape);
+    ``mean`` and ``rstd`` N*group elements; ``gamma`` C elements or None (ones). grad_gamma and
+    grad_beta take mean's dtype and gamma's shape. Compute is float32.
+
+    ``soc`` picks the plan (default Ascend910B2: the exact A2 GroupNormGrad tiling); ``strategy``
+    ``"atomic"`` adds every task's partials onto the outputs in an arrival order (``arrival_seed``
+    replays one; without it each call draws a fresh order): non-deterministic once N > 2, refused
+    while determinism is on (``deterministic=`` or :func:`normkern.set_deterministic`).
+    ``out=(grad_input, grad_gamma, grad_beta)`` writes into preallocated arrays.
+    """
+    outputs = (None, None, None)
+    if out is not None:
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise InvalidParameterError(OP, "out", "must be a (grad_input, grad_gamma, grad_beta) triple",
+                                        repr(type(out)))
+        outputs = tuple(out)
+    executor = prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, *outputs, soc=soc,
+                       strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                       outputs_required=out is not None)
+    return executor.run_private()
+
+
+def bytes_moved(n: int, c: int, hxw: int, dtype) -> int:
+    """The memory-traffic floor: grad_out and input read once, grad_input written once (3 tensor passes);
+    each task's group is re-read for dx while it is cache-resident, which is not counted."""
+    return 3 * n * c * hxw * np.dtype(dtype).itemsize

@@ -1,0 +1,219 @@
+"""GroupNormBackward kernels: the GroupNormGrad plans executed step by step, in float32.
+
+Per task ``t = (n, g)`` with ``m = mean[t]``, ``r = rstd[t]``, ``M = C_G * HxW`` and, for each of its
+channels, ``x_hat = x * r + ((-1 * m) * r)`` (the A2 ``Adds_Muls`` template: a product, then a sum)::
+
+    dbeta_c  = ReduceSum(dy)              dgamma_c = ReduceSum(x_hat * dy)      (over HxW)
+    c1 = ReduceSum(gamma * dbeta) / M     c2 = ReduceSum(gamma * dgamma) / M     (over the group)
+
+each ReduceSum in the A2 fold-halves order (mode 3: per HxW chunk, the chunk sums combined with
+Kahan compensation, as ``CopyIn_x`` / ``Copyout_dgamma``). dx in the formula of the plan's mode:
+
+    mode 0, channel start 32-byte aligned:  dy * (r * gamma) - (x_hat * (r * c2) + r * c1)
+    mode 0, unaligned channel:              dy * (r * gamma) - (x * ((r * r) * c2) + (r * c1 - ((m * r) * r) * c2))
+    modes 1, 2, 3:                          (dy * gamma - (x * (r * c2) + -1 * ((m * r) * c2 - c1))) * r
+    mode 5 (HxW == 1):                      (dy * gamma) * r - (x_hat * (r * c2) + r * c1)
+
+every operation rounded to float32 in that order. The task partials then reach grad_gamma /
+grad_beta through the plan's second stage (pairs of batches onto workspace rows, the rows folded in
+UB batches, halves or arrival order), see ``combine_*`` below. ``prange`` runs over the plan's cores
+(stage 1: tasks; stage 2: channel chunks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..._dtypes import from_f32, to_f32
+from ..._lanes import LANES, fold_halves
+
+F32 = np.float32
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _fill_dy(buf, dy_row):
+    for i in range(dy_row.shape[0]):
+        buf[i] = to_f32(dy_row[i])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _fill_product(buf, dy_row, x_row, r, neg_mr):
+    for i in range(dy_row.shape[0]):
+        buf[i] = (to_f32(x_row[i]) * r + neg_mr) * to_f32(dy_row[i])
+
+
+@njit(cache=True, error_model="numpy")
+def _channel_sums(dy_row, x_row, r, neg_mr, mode, chunk, buf):
+    """(dbeta, dgamma) of one channel of a task: each row copied to UB-like scratch, then folded.
+    (Folding the first step while reading the data measured slower: more streams per loop.)"""
+    n = dy_row.shape[0]
+    if mode == 5:
+        d = to_f32(dy_row[0])
+        return d, (to_f32(x_row[0]) * r + neg_mr) * d
+    if mode != 3:
+        _fill_dy(buf, dy_row)
+        s_dy = fold_halves(buf, n, n)
+        _fill_product(buf, dy_row, x_row, r, neg_mr)
+        return s_dy, fold_halves(buf, n, n)
+    total_dy = F32(0.0)
+    total_dg = F32(0.0)
+    corr_dy = F32(0.0)
+    corr_dg = F32(0.0)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        _fill_dy(buf, dy_row[start:stop])
+        adjusted = fold_halves(buf, stop - start, stop - start) - corr_dy
+        summed = adjusted + total_dy
+        corr_dy = (summed - total_dy) - adjusted
+        total_dy = summed
+        _fill_product(buf, dy_row[start:stop], x_row[start:stop], r, neg_mr)
+        adjusted = fold_halves(buf, stop - start, stop - start) - corr_dg
+        summed = adjusted + total_dg
+        corr_dg = (summed - total_dg) - adjusted
+        total_dg = summed
+    return total_dy, total_dg
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _group_factor(gamma, sums, count, scale, small):
+    """ReduceSum(gamma * sums) / M over the group's channels (``Mul_ReduceSum_template``)."""
+    for j in range(count):
+        small[j] = gamma[j] * sums[j]
+    return fold_halves(small, count, count) / scale
+
+
+@njit(cache=True, error_model="numpy")
+def _dx_channel(dy_row, x_row, dx_row, mode, aligned, m, r, neg_mr, gamma, c1, c2):
+    like = dx_row[0]
+    n = dy_row.shape[0]
+    if mode == 0 and aligned:
+        a, b, gr = r * c2, r * c1, r * gamma
+        for i in range(n):
+            x_hat = to_f32(x_row[i]) * r + neg_mr
+            dx_row[i] = from_f32(to_f32(dy_row[i]) * gr - (x_hat * a + b), like)
+    elif mode == 0:
+        a, b, gr = (r * r) * c2, r * c1 - ((m * r) * r) * c2, r * gamma
+        for i in range(n):
+            dx_row[i] = from_f32(to_f32(dy_row[i]) * gr - (to_f32(x_row[i]) * a + b), like)
+    elif mode == 5:
+        a, b = r * c2, r * c1
+        for i in range(n):
+            x_hat = to_f32(x_row[i]) * r + neg_mr
+            dx_row[i] = from_f32((to_f32(dy_row[i]) * gamma) * r - (x_hat * a + b), like)
+    else:
+        a, b = r * c2, F32(-1.0) * ((m * r) * c2 - c1)
+        for i in range(n):
+            dx_row[i] = from_f32((to_f32(dy_row[i]) * gamma - (to_f32(x_row[i]) * a + b)) * r, like)
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
+    """Every task's (dgamma, dbeta) partials of its C_G channels into ``partials[t]``, and its dx.
+
+    ``dy``, ``x``, ``dx`` are (N*G, C_G, HxW) views in kernel dtypes; ``mean``, ``rstd`` (N*G,) and
+    ``gamma`` (C,) are float32. ``partials`` is (N*G, 2, C_G): what each core's UB holds before its
+    atomic copy-out (a CPU has no atomic float add, so the adds are made afterwards, in order).
+    """
+    c_g = args.c_g
+    scale = F32(c_g * args.hxw)
+    width = max(args.chunk if args.mode == 3 else args.hxw, LANES)
+    for core in prange(args.core_start.shape[0]):
+        buf = np.empty(width, F32)
+        small = np.empty(max(c_g, LANES), F32)
+        for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            m, r = mean[t], rstd[t]
+            neg_mr = (F32(-1.0) * m) * r
+            dgamma = partials[t, 0]
+            dbeta = partials[t, 1]
+            for j in range(c_g):
+                dbeta[j], dgamma[j] = _channel_sums(dy[t, j], x[t, j], r, neg_mr, args.mode, args.chunk, buf)
+            if not write_dx:
+                continue
+            gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
+            c1 = _group_factor(gam, dbeta, c_g, scale, small)
+            c2 = _group_factor(gam, dgamma, c_g, scale, small)
+            for j in range(c_g):
+                aligned = (j * args.hxw) % args.align == 0
+                _dx_channel(dy[t, j], x[t, j], dx[t, j], args.mode, aligned, m, r, neg_mr, gam[j], c1, c2)
+
+
+@njit(cache=True, error_model="numpy")
+def _batch_fold(ws, first_row, rows, c0, count, pitch, batch_rows, acc, scratch):
+    """acc[0:count] = rows [first_row, first_row + rows) of channels c0.. folded as ``reduce_axis_n_WSP2UB``:
+    UB batches of ``batch_rows`` rows, a halving tree inside a batch, batches added in order."""
+    acc[:count] = 0.0
+    for b0 in range(0, rows, batch_rows):
+        repeat = min(batch_rows, rows - b0)
+        for k in range(repeat):
+            src = ws[(first_row + b0 + k) * pitch + c0:(first_row + b0 + k) * pitch + c0 + count]
+            dst = scratch[k]
+            for i in range(count):
+                dst[i] = src[i]
+        end = repeat
+        mid = repeat
+        while mid >= 2:
+            mid >>= 1
+            end -= mid
+            for k in range(mid):
+                lo = scratch[k]
+                hi = scratch[end + k]
+                for i in range(count):
+                    lo[i] = hi[i] + lo[i]
+            mid = end
+        row0 = scratch[0]
+        for i in range(count):
+            acc[i] = row0[i] + acc[i]
+
+
+@njit(cache=True, error_model="numpy")
+def pair_rows(partials, ws, args):
+    """Stage-1 copy-out of the workspace path: task (n, g) adds its partials onto row n // 2 (zeroed by
+    core 0); the two addends of a row commute, so any arrival order gives these bits."""
+    rows = args.pair_rows
+    for which, offset in ((0, args.dgamma_offset), (1, args.dbeta_offset)):
+        for k in range(rows):
+            for g in range(args.g):
+                out = ws[offset + k * args.c + g * args.c_g:offset + k * args.c + (g + 1) * args.c_g]
+                first = partials[(2 * k) * args.g + g, which]
+                for j in range(args.c_g):
+                    out[j] = F32(0.0) + first[j]
+                if 2 * k + 1 < args.n:
+                    second = partials[(2 * k + 1) * args.g + g, which]
+                    for j in range(args.c_g):
+                        out[j] += second[j]
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def stage2_rows(ws, args, halves):
+    """The workspace rows folded per channel chunk on the plan's stage-2 cores: ``halves`` (row_halves, 2, C)
+    receives each half's (dgamma, dbeta) sums (fp32: two halves of the rows; fp16/bf16: one)."""
+    cores = args.stage2_cores
+    for s in prange(args.row_halves * cores):
+        half = s // cores
+        chunk = s - half * cores
+        c0 = chunk * args.cast_elems
+        count = min(args.cast_elems, args.c - c0)
+        first = 0 if half == 0 else args.first_half_rows
+        rows = args.first_half_rows if half == 0 else args.pair_rows - args.first_half_rows
+        acc = np.empty(args.cast_elems, F32)
+        scratch = np.empty((args.batch_rows, args.cast_elems), F32)
+        for which, offset in ((0, args.dgamma_offset), (1, args.dbeta_offset)):
+            _batch_fold(ws[offset:offset + args.ws_elems], first, rows, c0, count, args.c, args.batch_rows, acc,
+                        scratch)
+            halves[half, which, c0:c0 + count] = acc[:count]
+
+
+@njit(cache=True, error_model="numpy")
+def add_in_order(partials, args, order, out_dgamma, out_dbeta):
+    """``out[c] = 0 + p[t1] + p[t2] + ...``: the tasks of each channel's group added onto the zeroed
+    output in ``order`` ((G, N): the batches of each group, in arrival order)."""
+    for which in range(2):
+        out = out_dgamma if which == 0 else out_dbeta
+        for g in range(args.g):
+            acc = out[g * args.c_g:(g + 1) * args.c_g]
+            acc[:] = 0.0
+            for k in range(order.shape[1]):
+                p = partials[order[g, k] * args.g + g, which]
+                for j in range(args.c_g):
+                    acc[j] += p[j]
