@@ -7,6 +7,7 @@ count, and an atomic plan can be replayed from its arrival order.
 
 from . import aclnn
 from ._config import get_default_soc, get_deterministic, set_default_soc, set_deterministic
+from .determinism import DeterminismReport, check_determinism
 from .errors import (
     DeterminismError,
     InvalidParameterError,
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "aclnn", "batch_norm_gather_stats_with_counts", "batch_norm_stats", "fast_batch_norm_backward",
-    "group_norm_backward",
+    "group_norm_backward", "check_determinism", "DeterminismReport",
     "get_default_soc", "get_deterministic", "set_default_soc", "set_deterministic",
     "DeterminismError", "InvalidParameterError", "NormkernError", "NullPointerError", "TilingError",
     "UnsupportedError", "WorkspaceError",

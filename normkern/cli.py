@@ -1,4 +1,5 @@
-"""Command line: ``normkern socs``, ``normkern plan OP ...``, ``normkern run OP ...``."""
+"""Command line: ``normkern socs``, ``normkern plan OP ...``, ``normkern run OP ...``,
+``normkern determinism OP ...``."""
 
 from __future__ import annotations
 
@@ -70,21 +71,16 @@ def _cmd_plan(args) -> int:
     return 0
 
 
-def _run_batch_norm_stats(args, x, rng):
-    """(call, reference outputs, simulator outputs) of batch_norm_stats on ``x``."""
-    import normkern
+def _run_batch_norm_stats(args, kw):
+    """(reference outputs, simulator outputs) of batch_norm_stats on the example inputs ``kw``."""
     from normkern.ops.batch_norm_stats import arrival_order, batch_norm_stats_reference, simulate
 
     plan = _plan(args)
-
-    def call():
-        return normkern.batch_norm_stats(x, args.eps, soc=args.soc, strategy=args.strategy, arrival_seed=0)
-
-    return call, batch_norm_stats_reference(x, args.eps), lambda: simulate(plan, x, args.eps, arrival_order(plan, 0))
+    return batch_norm_stats_reference(kw["input"], kw["eps"]), \
+        lambda: simulate(plan, kw["input"], kw["eps"], arrival_order(plan, 0))
 
 
-def _run_fast_batch_norm_backward(args, x, rng):
-    import normkern
+def _run_fast_batch_norm_backward(args, kw):
     from normkern.ops.fast_batch_norm_backward import (
         fast_batch_norm_backward_reference,
         fused_views,
@@ -93,28 +89,18 @@ def _run_fast_batch_norm_backward(args, x, rng):
         unfused_view,
     )
 
-    dy = rng.standard_normal(x.shape).astype(x.dtype)
-    c = x.shape[1]
-    stats = (rng.uniform(0.5, 2, c).astype(np.float32), np.ones(c, np.float32), np.ones(c, np.float32),
-             np.ones(c, np.float32), rng.uniform(0.3, 1, c).astype(np.float32))   # weight, rm, rv, sm, si
-    training = not args.inference
-    plan = tiling.plan_fast_batch_norm_backward(x.shape, args.dtype, args.soc, args.strategy, training=training,
-                                                weight_dtype="float32")
-
-    def call():
-        return normkern.fast_batch_norm_backward(dy, x, *stats, training, args.eps, soc=args.soc,
-                                                 strategy=args.strategy)
+    stats = (kw["weight"], kw["running_mean"], kw["running_var"], kw["save_mean"], kw["save_invstd"])
+    plan = _plan(args)
 
     def simulated():
-        dy3, x3 = fused_views(plan, dy, x)
-        dx, gw, gb = simulate(plan, dy3, x3, *statistics(plan, *stats, args.eps))
-        return unfused_view(plan, dx.astype(x.dtype)), gw, gb
+        dy3, x3 = fused_views(plan, kw["grad_out"], kw["input"])
+        dx, gw, gb = simulate(plan, dy3, x3, *statistics(plan, *stats, kw["eps"]))
+        return unfused_view(plan, dx.astype(kw["input"].dtype)), gw, gb
 
-    return call, fast_batch_norm_backward_reference(dy, x, *stats, training, args.eps), simulated
+    return fast_batch_norm_backward_reference(kw["grad_out"], kw["input"], *stats, kw["training"], kw["eps"]), simulated
 
 
-def _run_group_norm_backward(args, x, rng):
-    import normkern
+def _run_group_norm_backward(args, kw):
     from normkern.ops.group_norm_backward import (
         arrival_order,
         group_norm_backward_reference,
@@ -123,39 +109,41 @@ def _run_group_norm_backward(args, x, rng):
         task_views,
     )
 
-    n, c, group = x.shape[0], x.shape[1], args.group
-    hxw = x.size // max(n * c, 1)
-    dy = rng.standard_normal(x.shape).astype(x.dtype)
-    grouped = x.astype(np.float64).reshape(n, group, -1)
-    mean = grouped.mean(axis=-1).astype(x.dtype)
-    rstd = (1 / np.sqrt(grouped.var(axis=-1) + args.eps)).astype(x.dtype)
-    gamma = rng.uniform(0.5, 1.5, c).astype(x.dtype)
     plan = _plan(args)
-
-    def call():
-        return normkern.group_norm_backward(dy, x, mean, rstd, gamma, n, c, hxw, group, soc=args.soc,
-                                            strategy=args.strategy, arrival_seed=0)
+    x = kw["input"]
 
     def simulated():
-        dy3, x3 = task_views(plan, dy, x)
-        dx, gg, gb = simulate(plan, dy3, x3, *task_statistics(plan, mean, rstd, gamma), arrival_order(plan, 0))
+        dy3, x3 = task_views(plan, kw["grad_out"], x)
+        dx, gg, gb = simulate(plan, dy3, x3, *task_statistics(plan, kw["mean"], kw["rstd"], kw["gamma"]),
+                              arrival_order(plan, 0))
         return dx.reshape(x.shape).astype(x.dtype), gg.astype(x.dtype), gb.astype(x.dtype)
 
-    return call, group_norm_backward_reference(dy, x, mean, rstd, gamma, n, c, hxw, group), simulated
+    dims = (kw["N"], kw["C"], kw["HxW"], kw["group"])
+    return group_norm_backward_reference(kw["grad_out"], x, kw["mean"], kw["rstd"], kw["gamma"], *dims), simulated
 
 
 RUNNERS = {"batch_norm_stats": _run_batch_norm_stats, "fast_batch_norm_backward": _run_fast_batch_norm_backward,
            "group_norm_backward": _run_group_norm_backward}
 
 
+def _example(args) -> dict:
+    from normkern.examples import example_inputs
+
+    return example_inputs(args.op, args.shape, args.dtype, seed=args.seed, group=args.group,
+                          training=not args.inference, eps=args.eps)
+
+
 def _cmd_run(args) -> int:
     """Run the op on seeded random data; report time, error against float64, and the simulator check."""
-    import ml_dtypes
+    import normkern
 
-    dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[args.dtype]
-    rng = np.random.default_rng(args.seed)
-    x = (rng.standard_normal(args.shape) * 2 + 1).astype(dtype)
-    call, reference, simulated = RUNNERS[args.op](args, x, rng)
+    kw = _example(args)
+    reference, simulated = RUNNERS[args.op](args, kw)
+    extra = {"arrival_seed": 0} if args.op != "fast_batch_norm_backward" else {}
+
+    def call():
+        return getattr(normkern, args.op)(**kw, soc=args.soc, strategy=args.strategy, **extra)
+
     plan = _plan(args)
     start = time.perf_counter()
     outputs = call()
@@ -165,6 +153,7 @@ def _cmd_run(args) -> int:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
+    x = kw["input"]
     report = {"plan": str(plan), "first_call_s": round(first, 4), "median_ms": round(float(np.median(times)) * 1e3, 4),
               "input_GBps": round(x.nbytes / float(np.median(times)) / 1e9, 2)}
     for index, (got, want) in enumerate(zip(outputs, reference, strict=True)):
@@ -175,12 +164,37 @@ def _cmd_run(args) -> int:
         report["bitwise_equal_to_simulator"] = all(
             np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
             for a, b in zip(outputs, simulated(), strict=True))
+    _print_report(report, args.json)
+    return 0
+
+
+def _cmd_determinism(args) -> int:
+    """Run the op repeatedly over thread counts, plans and arrival orders; report bitwise agreement."""
+    from normkern.determinism import check_determinism
+
+    kw = _example(args)
+    strategies = [None if s == "default" else s for s in (args.strategy or "default").split(",")]
+    report = check_determinism(args.op, kw, runs=args.runs, threads=args.threads, socs=args.soc.split(","),
+                               strategies=strategies, arrival_orders=args.arrival_orders, progress=not args.json)
     if args.json:
+        print(report.to_json())
+        return 0
+    print(report)
+    for config in report.configurations:
+        print(f"\n{config.plan}")
+        for name, out in config.outputs.items():
+            errors = ", ".join(f"{e:.1e}" for e in out.errors[:4]) + (" ..." if len(out.errors) > 4 else "")
+            print(f"  {name:<12} identical={out.identical!s:<5} distinct={out.distinct:<3} max_ulp={out.max_ulp:<6} "
+                  f"max_rel={out.max_rel:.1e} error vs float64: {errors}")
+    return 0
+
+
+def _print_report(report: dict, as_json: bool) -> None:
+    if as_json:
         print(json.dumps(report, indent=2))
     else:
         for key, value in report.items():
             print(f"{key:<32} {value}")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,22 +202,30 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("socs", help="list the SoC presets").set_defaults(func=_cmd_socs)
     for name, func, helptext in (("plan", _cmd_plan, "print the tiling plan of an op"),
-                                 ("run", _cmd_run, "run an op on random data and check it")):
+                                 ("run", _cmd_run, "run an op on random data and check it"),
+                                 ("determinism", _cmd_determinism, "run an op repeatedly and compare the bits")):
         cmd = sub.add_parser(name, help=helptext)
-        cmd.add_argument("op", choices=sorted(PLANNERS) if name == "plan" else sorted(RUNNERS))
+        cmd.add_argument("op", choices=sorted(RUNNERS) if name == "run" else sorted(PLANNERS))
         cmd.add_argument("--shape", type=_shape, required=True,
                          help="e.g. 32,64,56,56; for the gather op D,C")
         cmd.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
-        cmd.add_argument("--soc", default=tiling.DEFAULT_SOC, help="a preset name or host")
-        cmd.add_argument("--strategy", default=None)
+        cmd.add_argument("--soc", default=tiling.DEFAULT_SOC,
+                         help="a preset name or host (determinism: several, comma-separated)")
+        cmd.add_argument("--strategy", default=None, help="force a strategy (determinism: several, comma-separated)")
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
         cmd.set_defaults(func=func)
         cmd.add_argument("--inference", action="store_true", help="fast_batch_norm_backward: training=False")
         cmd.add_argument("--group", type=int, default=1, help="group_norm_backward: the number of groups")
-        if name == "run":
+        if name in ("run", "determinism"):
             cmd.add_argument("--eps", type=float, default=1e-5)
-            cmd.add_argument("--repeat", type=int, default=10)
             cmd.add_argument("--seed", type=int, default=0)
+        if name == "determinism":
+            cmd.add_argument("--runs", type=int, default=20, help="runs per plan and thread count")
+            cmd.add_argument("--threads", type=_shape, default=(1, 2), help="thread counts, e.g. 1,2")
+            cmd.add_argument("--arrival-orders", type=int, default=None,
+                             help="cycle through this many seeded arrival orders (default: a fresh one per run)")
+        if name == "run":
+            cmd.add_argument("--repeat", type=int, default=10)
             cmd.add_argument("--check", action="store_true", help="also compare with the plan simulator")
     args = parser.parse_args(argv)
     try:
