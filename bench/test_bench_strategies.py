@@ -1,0 +1,61 @@
+"""Every applicable strategy of each op at standard shapes, and the default A2 plan against the host plan:
+time, and error against the op's float64 reference (max |error| / max |reference| over the outputs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import normkern
+import tiling
+from normkern.determinism import _plan, _reference
+from normkern.examples import example_inputs
+
+from .conftest import median_seconds, record
+
+CASES = [
+    ("batch_norm_stats", (32, 64, 56, 56), {}, ["split_c", "split_r", "atomic"]),
+    ("batch_norm_stats", (256, 4, 28, 28), {}, ["split_c", "split_r", "atomic"]),
+    ("batch_norm_gather_stats_with_counts", (64, 2048), {},
+     ["common", "workspace", "first_axis_common", "first_axis_workspace"]),
+    ("fast_batch_norm_backward", (32, 64, 56, 56), {}, ["split_load_cross_core", "split_load"]),
+    ("fast_batch_norm_backward", (8, 512, 7, 7), {}, ["full_load", "split_load"]),
+    ("group_norm_backward", (8, 256, 56, 56), {"group": 32}, ["cann", "atomic"]),
+]
+SOCS = {"batch_norm_gather_stats_with_counts": ("Ascend950", "host")}
+
+
+def _error(outputs, reference) -> float:
+    worst = 0.0
+    for got, want in zip(outputs, reference, strict=False):
+        if got is None or want is None:
+            continue
+        want = np.asarray(want, np.float64)
+        scale = np.nanmax(np.abs(want), initial=0.0) or 1.0
+        worst = max(worst, float(np.nanmax(np.abs(np.asarray(got, np.float64) - want), initial=0.0) / scale))
+    return worst
+
+
+@pytest.mark.parametrize("op, shape, extra, strategies", CASES, ids=lambda v: "x".join(map(str, v))
+                         if isinstance(v, tuple) else v if isinstance(v, str) else "")
+def test_strategies_and_plans(environment, op, shape, extra, strategies):
+    kw = example_inputs(op, shape, **extra)
+    reference = _reference(op, kw)
+    call = getattr(normkern, op)
+    seeded = {"arrival_seed": 0} if op in ("batch_norm_stats", "group_norm_backward") else {}
+    for soc in SOCS.get(op, ("Ascend910B2", "host")):
+        for strategy in strategies:
+            try:
+                plan = _plan(op, kw, soc, strategy)
+            except tiling.TilingError as exc:
+                record({"op": op, "shape": "x".join(map(str, shape)), "soc": soc, "strategy": strategy,
+                        "refused": str(exc)[:80]})
+                continue
+            args = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
+            outputs = call(**args, soc=soc, strategy=strategy, **seeded)
+            med, iqr = median_seconds(lambda soc=soc, strategy=strategy, args=args: call(
+                **args, soc=soc, strategy=strategy, **seeded), rounds=7, warmup=1)
+            error = _error(outputs, reference)
+            record({"op": op, "shape": "x".join(map(str, shape)), "soc": soc, "strategy": strategy,
+                    "ms": round(med * 1e3, 3), "iqr_ms": round(iqr * 1e3, 3), "rel_error": float(f"{error:.2e}"),
+                    "deterministic": plan.deterministic, "plan": str(plan)})
