@@ -55,6 +55,26 @@ def median_seconds(fn, rounds=15, warmup=2) -> tuple[float, float]:
     return float(med), float(q3 - q1)
 
 
+def interleaved_medians(runs: dict, rounds: int = 15, passes: int = 2) -> dict[str, tuple[float, float]]:
+    """Each callable's best (median, iqr) over ``passes`` interleaved passes: a machine whose speed
+    drifts then slows every implementation in the same pass, and the ratios of a row stay honest."""
+    times: dict[str, tuple[float, float]] = {}
+    for _ in range(passes):
+        for name, fn in runs.items():
+            med, iqr = median_seconds(fn, rounds=rounds)
+            if name not in times or med < times[name][0]:
+                times[name] = (med, iqr)
+    return times
+
+
+def timing_columns(row: dict, times: dict, nbytes: int) -> None:
+    """``<name>_ms``, ``<name>_iqr_ms`` and ``<name>_GBps`` (from the op's bytes model) of every timed callable."""
+    for name, (med, iqr) in times.items():
+        row[f"{name}_ms"] = round(med * 1e3, 3)
+        row[f"{name}_iqr_ms"] = round(iqr * 1e3, 3)
+        row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

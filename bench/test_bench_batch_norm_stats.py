@@ -20,7 +20,7 @@ import normkern
 import tiling
 from normkern.ops.batch_norm_stats import bytes_moved
 
-from .conftest import STREAM_BYTES, median_seconds, record
+from .conftest import STREAM_BYTES, interleaved_medians, record, timing_columns
 
 SHAPES = [(32, 64, 56, 56), (256, 256, 14, 14), (64, 128, 56, 56)]
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -63,19 +63,11 @@ def test_batch_norm_stats(benchmark, environment, stream, shape, dtype):
         row[f"plan_{soc}"] = str(plan)
     runs.update(_peers(x))
     runs["stream_read"] = stream.read  # same rounds as the kernels: the machine's bandwidth drifts
-    times = {}
-    for _ in range(2):  # two interleaved rounds; keep each implementation's best median
-        for name, fn in runs.items():
-            med, iqr = median_seconds(fn)
-            if name not in times or med < times[name][0]:
-                times[name] = (med, iqr)
+    times = interleaved_medians(runs)
     benchmark.pedantic(runs[f"nk_{ASCEND[dtype]}"], rounds=10, warmup_rounds=1)
     read_GBps = STREAM_BYTES / times.pop("stream_read")[0] / 1e9
     row["stream_read_GBps"] = round(read_GBps, 1)
-    for name, (med, iqr) in times.items():
-        row[f"{name}_ms"] = round(med * 1e3, 3)
-        row[f"{name}_iqr_ms"] = round(iqr * 1e3, 3)
-        row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
+    timing_columns(row, times, nbytes)
     for soc in (ASCEND[dtype], "host"):
         nk = times[f"nk_{soc}"][0]
         row[f"nk_{soc}_read_fraction"] = round(nbytes / nk / 1e9 / read_GBps, 2)

@@ -16,7 +16,7 @@ import normkern
 import tiling
 from normkern.ops.fast_batch_norm_backward import bytes_moved
 
-from .conftest import STREAM_BYTES, median_seconds, record
+from .conftest import STREAM_BYTES, interleaved_medians, record, timing_columns
 
 SHAPES = [(32, 64, 56, 56), (256, 256, 14, 14), (8, 512, 7, 7), (64, 128, 56, 56)]
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -62,19 +62,11 @@ def test_fast_batch_norm_backward(benchmark, environment, stream, shape, dtype, 
     if peer is not None:
         runs["torch"] = peer
     runs["stream_triad"] = stream.triad
-    times = {}
-    for _ in range(2):  # interleaved rounds, each implementation's best median
-        for name, fn in runs.items():
-            med, iqr = median_seconds(fn, rounds=11)
-            if name not in times or med < times[name][0]:
-                times[name] = (med, iqr)
+    times = interleaved_medians(runs, rounds=11)
     benchmark.pedantic(runs["nk_Ascend910B2"], rounds=5, warmup_rounds=1)
     triad_GBps = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
     row["stream_triad_GBps"] = round(triad_GBps, 1)
-    for name, (med, iqr) in times.items():
-        row[f"{name}_ms"] = round(med * 1e3, 3)
-        row[f"{name}_iqr_ms"] = round(iqr * 1e3, 3)
-        row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
+    timing_columns(row, times, nbytes)
     for soc in SOCS:
         nk = times[f"nk_{soc}"][0]
         row[f"nk_{soc}_triad_fraction"] = round(nbytes / nk / 1e9 / triad_GBps, 2)

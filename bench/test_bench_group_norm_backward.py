@@ -15,7 +15,7 @@ import normkern
 import tiling
 from normkern.ops.group_norm_backward import bytes_moved
 
-from .conftest import STREAM_BYTES, median_seconds, record
+from .conftest import STREAM_BYTES, interleaved_medians, record, timing_columns
 
 CASES = [((8, 256, 56, 56), 32), ((32, 64, 28, 28), 8), ((4, 512, 96, 96), 32)]
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -56,19 +56,11 @@ def test_group_norm_backward(benchmark, environment, stream, shape, group, dtype
     except ImportError:
         pass
     runs["stream_triad"] = stream.triad
-    times = {}
-    for _ in range(2):
-        for name, fn in runs.items():
-            med, iqr = median_seconds(fn, rounds=11)
-            if name not in times or med < times[name][0]:
-                times[name] = (med, iqr)
+    times = interleaved_medians(runs, rounds=11)
     benchmark.pedantic(runs["nk_Ascend910B2"], rounds=5, warmup_rounds=1)
     triad = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
     row["stream_triad_GBps"] = round(triad, 1)
-    for name, (med, iqr) in times.items():
-        row[f"{name}_ms"] = round(med * 1e3, 3)
-        row[f"{name}_iqr_ms"] = round(iqr * 1e3, 3)
-        row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
+    timing_columns(row, times, nbytes)
     for name in ("nk_Ascend910B2", "nk_host"):
         if "torch" in times:
             row[f"{name}_vs_torch"] = round(times["torch"][0] / times[name][0], 2)
