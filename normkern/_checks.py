@@ -71,3 +71,21 @@ def unpack_out(op: str, out, names: str) -> tuple:
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise InvalidParameterError(op, "out", f"must be a ({names}) pair of arrays", repr(type(out)))
     return tuple(out)
+
+
+def check_output_mask(op: str, value, names: tuple[str, str, str], *, missing=NullPointerError,
+                      empty_is_null: bool = False) -> tuple[bool, bool, bool]:
+    """An aclBoolArray outputMask: three bools. ``missing`` is the error a null mask raises (the ops map
+    it to different codes); ``empty_is_null`` treats a zero-length mask as null, as CheckMaskNotNull of
+    FastBatchNormBackward does."""
+    if value is None:
+        raise missing(op, "outputMask", "must not be None (null pointer)", None)
+    try:
+        entries = tuple(value)
+    except TypeError:
+        raise InvalidParameterError(op, "outputMask", "must be a sequence of 3 bools", repr(value)) from None
+    if empty_is_null and not entries:
+        raise missing(op, "outputMask", "must have at least 1 entry (size < 1 is a null array)", "size 0")
+    if len(entries) != 3 or not all(isinstance(e, (bool, np.bool_)) for e in entries):
+        raise InvalidParameterError(op, "outputMask", f"must be 3 bools ({', '.join(names)})", repr(value))
+    return tuple(bool(e) for e in entries)

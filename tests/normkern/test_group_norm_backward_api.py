@@ -26,7 +26,7 @@ P = "[group_norm_backward] "
 CASES = [
     (dict(rstd=None), 161001, P + "rstd must not be None (null pointer), got None"),
     (dict(outputMask=None, gradOut=None), 161001, P + "gradOut must not be None (null pointer), got None"),
-    (dict(outputMask=None), 161002, P + "outputMask must not be None, got None"),
+    (dict(outputMask=None), 161002, P + "outputMask must not be None (null pointer), got None"),
     (dict(outputMask=(True, True)), 161002,
      P + "outputMask must be 3 bools (gradInput, gradGammaOut, gradBetaOut), got (True, True)"),
     (dict(gradBetaOut=None, gradOut=DY.astype(F64)), 161002,

@@ -11,10 +11,18 @@ from tiling import FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
 
 from ... import _config
 from ..._buffers import f32_buffer, write_back
-from ..._checks import check_array, check_not_null, check_rank, check_real, check_supported, parse_strategy
+from ..._checks import (
+    check_array,
+    check_not_null,
+    check_output_mask,
+    check_rank,
+    check_real,
+    check_supported,
+    parse_strategy,
+)
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
-from ...errors import InvalidParameterError, NullPointerError, TilingError
+from ...errors import InvalidParameterError, TilingError
 from . import kernel
 
 OP = "fast_batch_norm_backward"
@@ -28,18 +36,7 @@ OUTPUTS = ("gradInput", "gradWeight", "gradBias")
 def _check_mask(output_mask) -> tuple[bool, bool, bool]:
     """CheckMaskNotNull: a missing or empty mask is a null pointer (161001, as the code); other lengths
     than 3 are refused with 161002 (the doc; the code would read past a short mask)."""
-    if output_mask is None:
-        raise NullPointerError(OP, "outputMask", "must not be None (null pointer)", None)
-    try:
-        entries = tuple(output_mask)
-    except TypeError:
-        raise InvalidParameterError(OP, "outputMask", "must be a sequence of 3 bools", repr(output_mask)) from None
-    if not entries:
-        raise NullPointerError(OP, "outputMask", "must have at least 1 entry (size < 1 is a null array)", "size 0")
-    if len(entries) != 3 or not all(isinstance(e, (bool, np.bool_)) for e in entries):
-        raise InvalidParameterError(OP, "outputMask", "must be 3 bools (gradInput, gradWeight, gradBias)",
-                                    repr(output_mask))
-    return tuple(bool(e) for e in entries)
+    return check_output_mask(OP, output_mask, OUTPUTS, empty_is_null=True)
 
 
 def _check_dtype(name: str, value) -> None:

@@ -11,7 +11,7 @@ from tiling import GroupNormBackwardPlan, GroupNormBackwardStrategy
 
 from ... import _config
 from ..._buffers import f32_buffer, write_back
-from ..._checks import check_array, check_not_null, check_supported, parse_strategy
+from ..._checks import check_array, check_not_null, check_output_mask, check_supported, parse_strategy
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ...errors import DeterminismError, InvalidParameterError, TilingError
@@ -52,21 +52,13 @@ def _numel(value) -> int:
 def _check_mask(output_mask, outputs, outputs_required) -> tuple[bool, bool, bool]:
     """CheckMaskNotNull, which the op_api maps to ACLNN_ERR_PARAM_INVALID (161002) for every case,
     a null required output included (the doc says 161001)."""
-    if output_mask is None:
-        raise InvalidParameterError(OP, "outputMask", "must not be None", None)
-    try:
-        mask = tuple(output_mask)
-    except TypeError:
-        raise InvalidParameterError(OP, "outputMask", "must be a sequence of 3 bools", repr(output_mask)) from None
-    if len(mask) != 3 or not all(isinstance(m, (bool, np.bool_)) for m in mask):
-        raise InvalidParameterError(OP, "outputMask", "must be 3 bools (gradInput, gradGammaOut, gradBetaOut)",
-                                    repr(output_mask))
+    mask = check_output_mask(OP, output_mask, OUTPUTS, missing=InvalidParameterError)
     if outputs_required:
         for name, out, m in zip(OUTPUTS, outputs, mask, strict=True):
             if m and out is None:
                 raise InvalidParameterError(OP, name, "must not be None when its outputMask entry is true "
                                             "(the op_api returns 161002 here)", None)
-    return tuple(bool(m) for m in mask)
+    return mask
 
 
 def _check_dtypes(spec, dy, x, mean, rstd, gamma, outputs, mask) -> None:
