@@ -49,7 +49,7 @@ def test_fast_batch_norm_backward(benchmark, environment, stream, shape, dtype, 
     save_invstd, running_var = np.ones(c, np.float32), np.ones(c, np.float32)
     params = (weight, save_mean, running_var, save_mean, save_invstd)
     out = (np.empty(shape, x.dtype), np.empty(c, np.float32), np.empty(c, np.float32))
-    nbytes = bytes_moved(shape, dtype, training)
+    nbytes = bytes_moved(shape, dtype)
     row = {"op": "fast_batch_norm_backward", "shape": "x".join(map(str, shape)), "dtype": dtype,
            "mode": "train" if training else "infer"}
     runs = {}

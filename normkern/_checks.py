@@ -54,13 +54,13 @@ def check_rank(op: str, name: str, x: np.ndarray, low: int = 2, high: int = 8) -
         raise InvalidParameterError(op, name, f"must have rank {low} to {high}", f"rank {x.ndim} (shape {x.shape})")
 
 
-def check_channel_vector(op: str, name: str, value, channels: int) -> None:
-    """A (C,) tensor the op writes: the shape rule, then writeability."""
+def check_channel_vector(op: str, name: str, value, channels: int, written: bool = True) -> None:
+    """A (C,) tensor: the shape rule, then, for one the op writes, writeability."""
     if value is None:
         return
     if value.shape != (channels,):
         raise InvalidParameterError(op, name, f"shape must be (C,) = ({channels},)", value.shape)
-    if not value.flags.writeable:
+    if written and not value.flags.writeable:
         raise InvalidParameterError(op, name, "must be writeable", "a read-only array")
 
 

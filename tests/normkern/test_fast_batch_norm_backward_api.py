@@ -44,10 +44,10 @@ CASES = [
     (dict(input=X.reshape(60), gradOut=DY.reshape(60)), 161002,
      P + "input must have rank 2 to 8, got rank 1 (shape (60,))"),
     (dict(gradOut=DY[:, :, :4]), 161002, P + "gradOut shape must equal input's (4, 3, 5), got (4, 3, 4)"),
-    (dict(weight=W[:2]), 161002, P + "weight must be 1-D of length C=3, got shape (2,)"),
-    (dict(runningVar=RV[None]), 161002, P + "runningVar must be 1-D of length C=3, got shape (1, 3)"),
-    (dict(saveMean=SM[:2]), 161002, P + "saveMean must be 1-D of length C=3, got shape (2,)"),
-    (dict(gradWeight=np.empty(4, F32)), 161002, P + "gradWeight must be 1-D of length C=3, got shape (4,)"),
+    (dict(weight=W[:2]), 161002, P + "weight shape must be (C,) = (3,), got (2,)"),
+    (dict(runningVar=RV[None]), 161002, P + "runningVar shape must be (C,) = (3,), got (1, 3)"),
+    (dict(saveMean=SM[:2]), 161002, P + "saveMean shape must be (C,) = (3,), got (2,)"),
+    (dict(gradWeight=np.empty(4, F32)), 161002, P + "gradWeight shape must be (C,) = (3,), got (4,)"),
     (dict(training=1), 161002, P + "training must be a bool, got 1"),
     (dict(eps="tiny"), 161002, P + "eps must be a real number, got 'tiny'"),
     (dict(version=True), 161002, P + "version must be an int (CANN ignores its value), got True"),
@@ -87,7 +87,7 @@ def test_empty_input_succeeds_before_any_other_check():
 def test_pythonic_errors_raise_with_the_status():
     with pytest.raises(normkern.InvalidParameterError) as info:
         normkern.fast_batch_norm_backward(DY, X, W[:2], RM, RV, SM, SI, True, EPS)
-    assert info.value.status == 161002 and str(info.value) == P + "weight must be 1-D of length C=3, got shape (2,)"
+    assert info.value.status == 161002 and str(info.value) == P + "weight shape must be (C,) = (3,), got (2,)"
     with pytest.raises(normkern.InvalidParameterError, match=r"out must be a \(grad_input, grad_weight, grad_bias\)"):
         normkern.fast_batch_norm_backward(DY, X, W, RM, RV, SM, SI, True, EPS, out=OUTS[:2])
     with pytest.raises(normkern.InvalidParameterError, match="strategy must be one of empty, full_load"):

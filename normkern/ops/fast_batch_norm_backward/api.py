@@ -13,6 +13,7 @@ from ... import _config
 from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
+    check_channel_vector,
     check_not_null,
     check_output_mask,
     check_rank,
@@ -42,15 +43,6 @@ def _check_mask(output_mask) -> tuple[bool, bool, bool]:
 def _check_dtype(name: str, value) -> None:
     if dtype_name(check_array(OP, name, value).dtype) not in DTYPES:
         raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(DTYPES)}", dtype_name(value.dtype))
-
-
-def _check_vector(name: str, value, channels: int, written: bool = False) -> None:
-    if value is None:
-        return
-    if value.shape != (channels,):
-        raise InvalidParameterError(OP, name, f"must be 1-D of length C={channels}", f"shape {value.shape}")
-    if written and not value.flags.writeable:
-        raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
 
 
 def statistics(plan: FastBatchNormBackwardPlan, weight, running_mean, running_var, save_mean, save_invstd,
@@ -145,9 +137,9 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     channels = x.shape[1]
     for name, value in (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
                         ("saveMean", save_mean), ("saveInvstd", save_invstd)):
-        _check_vector(name, value, channels)
-    _check_vector("gradWeight", grad_weight if mask[1] else None, channels, written=True)
-    _check_vector("gradBias", grad_bias if mask[2] else None, channels, written=True)
+        check_channel_vector(OP, name, value, channels, written=False)
+    check_channel_vector(OP, "gradWeight", grad_weight if mask[1] else None, channels)
+    check_channel_vector(OP, "gradBias", grad_bias if mask[2] else None, channels)
     if not isinstance(training, (bool, np.bool_)):
         raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
     eps = check_real(OP, "eps", eps)
@@ -224,7 +216,7 @@ def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, ru
     return executor.run_private()
 
 
-def bytes_moved(shape, dtype, training: bool = True) -> int:
+def bytes_moved(shape, dtype) -> int:
     """The memory-traffic floor: grad_out and input read once, grad_input written once (3 tensor passes).
 
     Training reads each channel twice (reductions, then dx); the second read is counted as free,
