@@ -24,6 +24,12 @@ def check_real(op: str, name: str, value) -> float:
     return float(value)
 
 
+def check_arrival_seed(op: str, seed) -> None:
+    """``arrival_seed``: None (a fresh arrival order per call) or a non-negative int that replays one."""
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0):
+        raise InvalidParameterError(op, "arrival_seed", "must be a non-negative int or None", repr(seed))
+
+
 def parse_strategy(op: str, strategy_enum: type[enum.Enum], strategy):
     """An op's strategy Enum from the Enum itself, its name, or None (the planner chooses)."""
     if strategy is None or isinstance(strategy, strategy_enum):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 import tiling
@@ -14,6 +12,7 @@ from ... import _config
 from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
+    check_arrival_seed,
     check_channel_vector,
     check_not_null,
     check_rank,
@@ -70,9 +69,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     check_real(OP, "eps", eps)
     forced = parse_strategy(OP, BatchNormStatsStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
-    if arrival_seed is not None and (not isinstance(arrival_seed, numbers.Integral) or isinstance(arrival_seed, bool)
-                                     or arrival_seed < 0):
-        raise InvalidParameterError(OP, "arrival_seed", "must be a non-negative int or None", repr(arrival_seed))
+    check_arrival_seed(OP, arrival_seed)
     try:
         plan = tiling.plan_batch_norm_stats(x.shape, dtype_name(x.dtype), spec, forced)
     except tiling.TilingError as exc:

@@ -11,7 +11,14 @@ from tiling import GroupNormBackwardPlan, GroupNormBackwardStrategy
 
 from ... import _config
 from ..._buffers import f32_buffer, write_back
-from ..._checks import check_array, check_not_null, check_output_mask, check_supported, parse_strategy
+from ..._checks import (
+    check_array,
+    check_arrival_seed,
+    check_not_null,
+    check_output_mask,
+    check_supported,
+    parse_strategy,
+)
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ...errors import DeterminismError, InvalidParameterError, TilingError
@@ -130,9 +137,7 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
                 raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
     forced = parse_strategy(OP, S, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
-    if arrival_seed is not None and (not isinstance(arrival_seed, numbers.Integral) or isinstance(arrival_seed, bool)
-                                     or arrival_seed < 0):
-        raise InvalidParameterError(OP, "arrival_seed", "must be a non-negative int or None", repr(arrival_seed))
+    check_arrival_seed(OP, arrival_seed)
     empty = grad_out.size == 0 or input.size == 0
     try:
         plan = tiling.plan_group_norm_backward(n, c, hxw, g, dtype_name(grad_out.dtype), spec,
