@@ -92,7 +92,7 @@ def fold(lanes):
     return lanes[0]
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def fold_halves(buf, length, used):
     """ReduceSum of ``buf[0:length]`` in the A2 fold-halves order; returns the sum, destroys ``buf``.
 

@@ -68,13 +68,21 @@ def _dx_row(dy_row, x_row, dx_row, mean, shift, k, scale, weight):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _pass_extent(args, block, last):
+def _geometry(args):
+    """The block geometry as a small tuple: cheap to pass to the per-channel functions (the whole
+    ``args`` tuple of arrays is not)."""
+    return (args.split_hw, args.hw_blocks, args.hw_block, args.b1, args.planes_per_pass, args.b1_align, args.fold_len)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _pass_extent(geo, block, last):
     """(plane, hw_start, hw_len, planes) of the UB pass that starts at ``block``; ``last`` ends the job."""
-    if args.split_hw:
-        plane = block // args.hw_blocks
-        hw_start = (block - plane * args.hw_blocks) * args.hw_block
-        return plane, hw_start, min(args.hw_block, args.b1 - hw_start), 1
-    return block, 0, args.b1, min(args.planes_per_pass, last - block)
+    split_hw, hw_blocks, hw_block, b1, planes_per_pass = geo[0], geo[1], geo[2], geo[3], geo[4]
+    if split_hw:
+        plane = block // hw_blocks
+        hw_start = (block - plane * hw_blocks) * hw_block
+        return plane, hw_start, min(hw_block, b1 - hw_start), 1
+    return block, 0, b1, min(planes_per_pass, last - block)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -83,8 +91,8 @@ def _zero(buf, start, stop):
         buf[i] = 0.0
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _reduce_job(dy, x, dx, args, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+@njit(cache=True, error_model="numpy")
+def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
     """The two sums of channel ``c`` over blocks [first, first + count), in the plan's pass order;
     ``fuse_dx`` also writes the inference dx of every element it reads.
 
@@ -92,17 +100,18 @@ def _reduce_job(dy, x, dx, args, c, first, count, mean, scale, weight, fuse_dx, 
     adding onto a zeroed buffer), the plane pads inside it and any longer later pass's extra
     positions are zeroed, and the fold reads only the ``used`` prefix."""
     last = first + count
-    step = 1 if args.split_hw else args.planes_per_pass
+    b1_align, fold_len = geo[5], geo[6]
+    step = 1 if geo[0] else geo[4]
     used = 0
     for block in range(first, last, step):
-        plane, hw0, hw_len, planes = _pass_extent(args, block, last)
+        plane, hw0, hw_len, planes = _pass_extent(geo, block, last)
         is_first = block == first
-        extent = (planes - 1) * args.b1_align + hw_len
+        extent = (planes - 1) * b1_align + hw_len
         if not is_first and extent > used:  # a split-HW job may start on a short tail chunk
             _zero(acc_dy, used, extent)
             _zero(acc_dyx, used, extent)
         for j in range(planes):
-            lo = j * args.b1_align
+            lo = j * b1_align
             dy_row = dy[plane + j, c, hw0:hw0 + hw_len]
             x_row = x[plane + j, c, hw0:hw0 + hw_len]
             if fuse_dx:
@@ -111,16 +120,16 @@ def _reduce_job(dy, x, dx, args, c, first, count, mean, scale, weight, fuse_dx, 
             else:
                 _add_row(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row, mean, is_first)
             if is_first and j < planes - 1:
-                _zero(acc_dy, lo + hw_len, lo + args.b1_align)
-                _zero(acc_dyx, lo + hw_len, lo + args.b1_align)
+                _zero(acc_dy, lo + hw_len, lo + b1_align)
+                _zero(acc_dyx, lo + hw_len, lo + b1_align)
         used = max(used, extent)
-    return fold_halves(acc_dy, args.fold_len, used), fold_halves(acc_dyx, args.fold_len, used)
+    return fold_halves(acc_dy, fold_len, used), fold_halves(acc_dyx, fold_len, used)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _dx_job(dy, x, dx, args, c, first, count, mean, shift, k, scale, weight):
+@njit(cache=True, error_model="numpy")
+def _dx_job(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
     for block in range(first, first + count):
-        plane, hw0, hw_len, _ = _pass_extent(args, block, block + 1)
+        plane, hw0, hw_len, _ = _pass_extent(geo, block, block + 1)
         _dx_row(dy[plane, c, hw0:hw0 + hw_len], x[plane, c, hw0:hw0 + hw_len], dx[plane, c, hw0:hw0 + hw_len],
                 mean, shift, k, scale, weight)
 
@@ -138,17 +147,18 @@ def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, 
     acc_dy = np.empty(max(args.fold_len, LANES), F32)
     acc_dyx = np.empty(max(args.fold_len, LANES), F32)
     fuse_dx = write_dx and not training
+    geo = _geometry(args)
     for job in jobs:
         first, count = args.job_block_start[job], args.job_block_count[job]
         for c in range(args.job_channel_start[job], args.job_channel_start[job] + args.job_channel_count[job]):
-            s_dy, s_dyx = _reduce_job(dy, x, dx, args, c, first, count, mean[c], scale[c], weight[c], fuse_dx,
+            s_dy, s_dyx = _reduce_job(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], fuse_dx,
                                       acc_dy, acc_dyx)
             gw = s_dyx * scale[c]
             grad_bias[c] = s_dy
             grad_weight[c] = gw
             if training and write_dx:
                 shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
-                _dx_job(dy, x, dx, args, c, first, count, mean[c], shift, k, scale[c], weight[c])
+                _dx_job(dy, x, dx, geo, c, first, count, mean[c], shift, k, scale[c], weight[c])
 
 
 @njit(cache=True, error_model="numpy")
@@ -158,12 +168,13 @@ def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, g
     ``lead .. lead + size - 1`` (one job a core in these phases, sorted by core)."""
     acc_dy = np.empty(max(args.fold_len, LANES), F32)
     acc_dyx = np.empty(max(args.fold_len, LANES), F32)
+    geo = _geometry(args)
     size = args.job_group_size[lead]
     first_slot = args.job_group_first[lead]
     c = args.job_channel_start[lead]
     fuse_dx = write_dx and not training
     for job in range(lead, lead + size):
-        s_dy, s_dyx = _reduce_job(dy, x, dx, args, c, args.job_block_start[job], args.job_block_count[job], mean[c],
+        s_dy, s_dyx = _reduce_job(dy, x, dx, geo, c, args.job_block_start[job], args.job_block_count[job], mean[c],
                                   scale[c], weight[c], fuse_dx, acc_dy, acc_dyx)
         slot = first_slot + job - lead
         ws[args.dbias_offset + slot * 8] = s_dy
@@ -180,7 +191,7 @@ def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, g
     if training and write_dx:
         shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
         for job in range(lead, lead + size):
-            _dx_job(dy, x, dx, args, c, args.job_block_start[job], args.job_block_count[job], mean[c], shift, k,
+            _dx_job(dy, x, dx, geo, c, args.job_block_start[job], args.job_block_count[job], mean[c], shift, k,
                     scale[c], weight[c])
 
 
