@@ -71,11 +71,13 @@ def check_channel_vector(op: str, name: str, value, channels: int, written: bool
 
 
 def unpack_out(op: str, out, names: str) -> tuple:
-    """``out=`` of the Pythonic layer: None, or a pair of preallocated arrays."""
+    """``out=`` of the Pythonic layer: None (one None per name), or one preallocated array per name."""
+    count = len(names.split(","))
     if out is None:
-        return None, None
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise InvalidParameterError(op, "out", f"must be a ({names}) pair of arrays", repr(type(out)))
+        return (None,) * count
+    if not isinstance(out, (tuple, list)) or len(out) != count:
+        kind = {2: "pair", 3: "triple"}.get(count, f"{count}-tuple")
+        raise InvalidParameterError(op, "out", f"must be a ({names}) {kind} of arrays", repr(type(out)))
     return tuple(out)
 
 

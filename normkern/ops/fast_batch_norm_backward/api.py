@@ -20,6 +20,7 @@ from ..._checks import (
     check_real,
     check_supported,
     parse_strategy,
+    unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
@@ -205,12 +206,7 @@ def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, ru
     preallocated arrays (None where masked). ``soc`` picks the plan (default Ascend910B2: the exact A2
     tiling); ``strategy`` forces a template.
     """
-    outputs = (None, None, None)
-    if out is not None:
-        if not isinstance(out, (tuple, list)) or len(out) != 3:
-            raise InvalidParameterError(OP, "out", "must be a (grad_input, grad_weight, grad_bias) triple",
-                                        repr(type(out)))
-        outputs = tuple(out)
+    outputs = unpack_out(OP, out, "grad_input, grad_weight, grad_bias")
     executor = prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
                        output_mask, version, *outputs, soc=soc, strategy=strategy, outputs_required=out is not None)
     return executor.run_private()

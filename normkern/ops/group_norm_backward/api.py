@@ -18,6 +18,7 @@ from ..._checks import (
     check_output_mask,
     check_supported,
     parse_strategy,
+    unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
@@ -234,12 +235,7 @@ def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW:
     while determinism is on (``deterministic=`` or :func:`normkern.set_deterministic`).
     ``out=(grad_input, grad_gamma, grad_beta)`` writes into preallocated arrays.
     """
-    outputs = (None, None, None)
-    if out is not None:
-        if not isinstance(out, (tuple, list)) or len(out) != 3:
-            raise InvalidParameterError(OP, "out", "must be a (grad_input, grad_gamma, grad_beta) triple",
-                                        repr(type(out)))
-        outputs = tuple(out)
+    outputs = unpack_out(OP, out, "grad_input, grad_gamma, grad_beta")
     executor = prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, *outputs, soc=soc,
                        strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
                        outputs_required=out is not None)
