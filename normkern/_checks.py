@@ -24,9 +24,20 @@ def check_real(op: str, name: str, value) -> float:
     return float(value)
 
 
+def is_int(value) -> bool:
+    """An integer that is not a bool (``True`` is an ``Integral`` in Python)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(op: str, name: str, value, rule: str = "must be an int") -> int:
+    if not is_int(value):
+        raise InvalidParameterError(op, name, rule, repr(value))
+    return int(value)
+
+
 def check_arrival_seed(op: str, seed) -> None:
     """``arrival_seed``: None (a fresh arrival order per call) or a non-negative int that replays one."""
-    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0):
+    if seed is not None and (not is_int(seed) or seed < 0):
         raise InvalidParameterError(op, "arrival_seed", "must be a non-negative int or None", repr(seed))
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 import tiling
@@ -14,6 +12,7 @@ from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
     check_channel_vector,
+    check_int,
     check_not_null,
     check_output_mask,
     check_rank,
@@ -144,8 +143,7 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     if not isinstance(training, (bool, np.bool_)):
         raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
     eps = check_real(OP, "eps", eps)
-    if not isinstance(version, numbers.Integral) or isinstance(version, bool):
-        raise InvalidParameterError(OP, "version", "must be an int (CANN ignores its value)", repr(version))
+    check_int(OP, "version", version, "must be an int (CANN ignores its value)")
     try:
         plan = tiling.plan_fast_batch_norm_backward(x.shape, dtype_name(x.dtype), spec, forced,
                                                     training=bool(training), weight_dtype="float32")

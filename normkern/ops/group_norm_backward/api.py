@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 import tiling
@@ -14,6 +12,7 @@ from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
     check_arrival_seed,
+    check_int,
     check_not_null,
     check_output_mask,
     check_supported,
@@ -45,12 +44,6 @@ def arrival_order(plan: GroupNormBackwardPlan, seed: int | None = None) -> np.nd
         return np.tile(np.arange(plan.n, dtype=np.int64), (plan.g, 1))
     rng = np.random.default_rng(seed)
     return np.stack([rng.permutation(plan.n) for _ in range(plan.g)]).astype(np.int64).reshape(plan.g, plan.n)
-
-
-def _check_int(name: str, value) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise InvalidParameterError(OP, name, "must be an int", repr(value))
-    return int(value)
 
 
 def _numel(value) -> int:
@@ -110,7 +103,7 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
     outputs = (grad_input, grad_gamma, grad_beta)
     mask = _check_mask(output_mask, outputs, outputs_required)
     _check_dtypes(spec, grad_out, input, mean, rstd, gamma, outputs, mask)
-    n, c, hxw, g = (_check_int(name, v) for name, v in (("N", N), ("C", C), ("HxW", HxW), ("group", group)))
+    n, c, hxw, g = (check_int(OP, name, v) for name, v in (("N", N), ("C", C), ("HxW", HxW), ("group", group)))
     if g <= 0:
         raise InvalidParameterError(OP, "group", "must be greater than 0", g)
     if c % g:
@@ -124,11 +117,11 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
         raise InvalidParameterError(OP, "N, C, HxW", "must be non-negative", (n, c, hxw))
     if grad_out.ndim > 8:
         raise InvalidParameterError(OP, "gradOut", "must have rank <= 8", f"rank {grad_out.ndim}")
-    for name, value, want in (("gradOut", grad_out, n * c * hxw), ("input", input, n * c * hxw),
-                              ("mean", mean, n * g), ("rstd", rstd, n * g), ("gamma", gamma, c)):
+    for name, value, what, want in (("gradOut", grad_out, "N*C*HxW", n * c * hxw),
+                                    ("input", input, "N*C*HxW", n * c * hxw), ("mean", mean, "N*group", n * g),
+                                    ("rstd", rstd, "N*group", n * g), ("gamma", gamma, "C", c)):
         if value is not None and _numel(value) != want:
-            what = {"gradOut": "N*C*HxW", "input": "N*C*HxW", "mean": "N*group", "rstd": "N*group", "gamma": "C"}
-            raise InvalidParameterError(OP, name, f"must have {what[name]} = {want} elements", f"shape {value.shape}")
+            raise InvalidParameterError(OP, name, f"must have {what} = {want} elements", f"shape {value.shape}")
     gamma_shape = gamma.shape if gamma is not None else (c,)
     for name, out, m, shape in zip(OUTPUTS, outputs, mask, (input.shape, gamma_shape, gamma_shape), strict=True):
         if m and out is not None:
