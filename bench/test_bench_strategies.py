@@ -8,7 +8,7 @@ import pytest
 
 import normkern
 import tiling
-from normkern.determinism import _plan, _reference
+from normkern.determinism import plan_for, reference_for
 from normkern.examples import example_inputs
 
 from .conftest import median_seconds, record
@@ -40,13 +40,13 @@ def _error(outputs, reference) -> float:
                          if isinstance(v, tuple) else v if isinstance(v, str) else "")
 def test_strategies_and_plans(environment, op, shape, extra, strategies):
     kw = example_inputs(op, shape, **extra)
-    reference = _reference(op, kw)
+    reference = reference_for(op, kw)
     call = getattr(normkern, op)
     seeded = {"arrival_seed": 0} if op in ("batch_norm_stats", "group_norm_backward") else {}
     for soc in SOCS.get(op, ("Ascend910B2", "host")):
         for strategy in strategies:
             try:
-                plan = _plan(op, kw, soc, strategy)
+                plan = plan_for(op, kw, soc, strategy)
             except tiling.TilingError as exc:
                 record({"op": op, "shape": "x".join(map(str, shape)), "soc": soc, "strategy": strategy,
                         "refused": str(exc)[:80]})

@@ -71,59 +71,35 @@ def _cmd_plan(args) -> int:
     return 0
 
 
-def _run_batch_norm_stats(args, kw):
-    """(reference outputs, simulator outputs) of batch_norm_stats on the example inputs ``kw``."""
-    from normkern.ops.batch_norm_stats import arrival_order, batch_norm_stats_reference, simulate
+def _simulate_batch_norm_stats(plan, kw):
+    """The plan simulator's outputs for the example inputs ``kw`` (arrival seed 0, as the run uses)."""
+    from normkern.ops.batch_norm_stats import arrival_order, simulate
 
-    plan = _plan(args)
-    return batch_norm_stats_reference(kw["input"], kw["eps"]), \
-        lambda: simulate(plan, kw["input"], kw["eps"], arrival_order(plan, 0))
+    return simulate(plan, kw["input"], kw["eps"], arrival_order(plan, 0))
 
 
-def _run_fast_batch_norm_backward(args, kw):
-    from normkern.ops.fast_batch_norm_backward import (
-        fast_batch_norm_backward_reference,
-        fused_views,
-        simulate,
-        statistics,
-        unfused_view,
-    )
+def _simulate_fast_batch_norm_backward(plan, kw):
+    from normkern.ops.fast_batch_norm_backward import fused_views, simulate, statistics, unfused_view
 
     stats = (kw["weight"], kw["running_mean"], kw["running_var"], kw["save_mean"], kw["save_invstd"])
-    plan = _plan(args)
-
-    def simulated():
-        dy3, x3 = fused_views(plan, kw["grad_out"], kw["input"])
-        dx, gw, gb = simulate(plan, dy3, x3, *statistics(plan, *stats, kw["eps"]))
-        return unfused_view(plan, dx.astype(kw["input"].dtype)), gw, gb
-
-    return fast_batch_norm_backward_reference(kw["grad_out"], kw["input"], *stats, kw["training"], kw["eps"]), simulated
+    dy3, x3 = fused_views(plan, kw["grad_out"], kw["input"])
+    dx, gw, gb = simulate(plan, dy3, x3, *statistics(plan, *stats, kw["eps"]))
+    return unfused_view(plan, dx.astype(kw["input"].dtype)), gw, gb
 
 
-def _run_group_norm_backward(args, kw):
-    from normkern.ops.group_norm_backward import (
-        arrival_order,
-        group_norm_backward_reference,
-        simulate,
-        task_statistics,
-        task_views,
-    )
+def _simulate_group_norm_backward(plan, kw):
+    from normkern.ops.group_norm_backward import arrival_order, simulate, task_statistics, task_views
 
-    plan = _plan(args)
     x = kw["input"]
-
-    def simulated():
-        dy3, x3 = task_views(plan, kw["grad_out"], x)
-        dx, gg, gb = simulate(plan, dy3, x3, *task_statistics(plan, kw["mean"], kw["rstd"], kw["gamma"]),
-                              arrival_order(plan, 0))
-        return dx.reshape(x.shape).astype(x.dtype), gg.astype(x.dtype), gb.astype(x.dtype)
-
-    dims = (kw["N"], kw["C"], kw["HxW"], kw["group"])
-    return group_norm_backward_reference(kw["grad_out"], x, kw["mean"], kw["rstd"], kw["gamma"], *dims), simulated
+    dy3, x3 = task_views(plan, kw["grad_out"], x)
+    dx, gg, gb = simulate(plan, dy3, x3, *task_statistics(plan, kw["mean"], kw["rstd"], kw["gamma"]),
+                          arrival_order(plan, 0))
+    return dx.reshape(x.shape).astype(x.dtype), gg.astype(x.dtype), gb.astype(x.dtype)
 
 
-RUNNERS = {"batch_norm_stats": _run_batch_norm_stats, "fast_batch_norm_backward": _run_fast_batch_norm_backward,
-           "group_norm_backward": _run_group_norm_backward}
+RUNNERS = {"batch_norm_stats": _simulate_batch_norm_stats,
+           "fast_batch_norm_backward": _simulate_fast_batch_norm_backward,
+           "group_norm_backward": _simulate_group_norm_backward}
 
 
 def _example(args) -> dict:
@@ -136,15 +112,16 @@ def _example(args) -> dict:
 def _cmd_run(args) -> int:
     """Run the op on seeded random data; report time, error against float64, and the simulator check."""
     import normkern
+    from normkern.determinism import plan_for, reference_for
 
     kw = _example(args)
-    reference, simulated = RUNNERS[args.op](args, kw)
+    plan = plan_for(args.op, kw, args.soc, args.strategy)
+    reference = reference_for(args.op, kw)
     extra = {"arrival_seed": 0} if args.op != "fast_batch_norm_backward" else {}
 
     def call():
         return getattr(normkern, args.op)(**kw, soc=args.soc, strategy=args.strategy, **extra)
 
-    plan = _plan(args)
     start = time.perf_counter()
     outputs = call()
     first = time.perf_counter() - start
@@ -163,7 +140,7 @@ def _cmd_run(args) -> int:
     if args.check:
         report["bitwise_equal_to_simulator"] = all(
             np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
-            for a, b in zip(outputs, simulated(), strict=True))
+            for a, b in zip(outputs, RUNNERS[args.op](plan, kw), strict=True))
     _print_report(report, args.json)
     return 0
 

@@ -31,7 +31,7 @@ _OUTPUTS = {
 _SEEDED = ("batch_norm_stats", "group_norm_backward")   # ops with atomic strategies take arrival_seed
 
 
-def _reference(op: str, kw: dict) -> tuple:
+def reference_for(op: str, kw: dict) -> tuple:
     """The op's float64 reference outputs, in the order of ``_OUTPUTS``."""
     if op == "batch_norm_stats":
         from .ops.batch_norm_stats import batch_norm_stats_reference
@@ -50,7 +50,8 @@ def _reference(op: str, kw: dict) -> tuple:
                                          kw["N"], kw["C"], kw["HxW"], kw["group"])
 
 
-def _plan(op: str, kw: dict, soc, strategy) -> tiling.Plan:
+def plan_for(op: str, kw: dict, soc, strategy) -> tiling.Plan:
+    """The plan ``normkern.<op>(**kw, soc=soc, strategy=strategy)`` runs."""
     from ._dtypes import dtype_name
 
     if op == "batch_norm_stats":
@@ -198,11 +199,10 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
         raise InvalidParameterError("check_determinism", "threads",
                                     f"must be ints in 1..{numba.config.NUMBA_NUM_THREADS}", repr(threads))
     kw = dict(inputs)
-    socs = list(socs) if socs is not None else [kw.pop("soc", None)]
-    kw.pop("soc", None)
-    strategies = list(strategies) if strategies is not None else [kw.pop("strategy", None)]
-    kw.pop("strategy", None)
+    own_soc, own_strategy = kw.pop("soc", None), kw.pop("strategy", None)
     kw.pop("arrival_seed", None)
+    socs = list(socs) if socs is not None else [own_soc]
+    strategies = list(strategies) if strategies is not None else [own_strategy]
     if arrival_orders is None:
         seeds = [None]
     elif isinstance(arrival_orders, int):
@@ -211,14 +211,14 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
         seeds = list(arrival_orders)
     call = getattr(normkern, op)
     names = _OUTPUTS[op]
-    reference = _reference(op, kw)
+    reference = reference_for(op, kw)
     before = numba.get_num_threads()
     configurations, firsts = [], []
     try:
         for soc in socs:
             spec = _config.resolve_soc(soc, op)
             for strategy in strategies:
-                plan = _plan(op, kw, spec, strategy)
+                plan = plan_for(op, kw, spec, strategy)
                 collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
                 for t in threads:
                     numba.set_num_threads(t)
