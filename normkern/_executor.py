@@ -11,6 +11,9 @@ import tiling
 
 from .errors import NullPointerError, WorkspaceError
 
+#: The workspace of plans without a user part: nothing can be written to it, so one serves every call.
+_NO_WORKSPACE = np.empty(0, np.float32)
+
 
 class Executor:
     """What ``aclnnXxxGetWorkspaceSize`` returns: the plan it will run and the bound arguments."""
@@ -29,7 +32,8 @@ class Executor:
 
     def run_private(self):
         """Run with a workspace of our own (the Pythonic layer): only the user part is allocated."""
-        return self._run(np.empty(self.plan.workspace.user_bytes // 4, np.float32))
+        size = self.plan.workspace.user_bytes // 4
+        return self._run(np.empty(size, np.float32) if size else _NO_WORKSPACE)
 
 
 def launch(op: str, workspace, workspace_size, executor: Executor | None) -> None:

@@ -37,21 +37,32 @@ _NO_RUNNING = np.empty(0, F32)
 
 
 @functools.cache
-def _allowed_dtypes(names: tuple[str, ...]) -> frozenset:
-    return frozenset(np.dtype(DTYPE_BY_NAME[name]) for name in names)
+def _allowed_dtypes(names: tuple[str, ...]) -> tuple[np.dtype, ...]:
+    # A tuple: ``in`` finds numpy's dtype singletons by identity, faster than hashing them.
+    return tuple(np.dtype(DTYPE_BY_NAME[name]) for name in names)
 
 
-def _inline_args(plan):
-    """Kernel arguments for a run without the thread pool.
+#: Plans by (D, C, dtype, id(spec), strategy), beside the spec they were made for: the planner's own
+#: cache hashes the SocSpec, which costs as much as the kernel on small problems.
+_PLANS: dict = {}
 
-    A channel-split plan adds each channel's devices in device order whatever the core boundaries,
-    so one sweep over all channels gives the same bits as the plan's cores one after another.
-    Device-split plans keep their blocks: there the block boundaries are the order.
-    """
-    args = plan.cached_kernel_args()
-    if args.split_n:
-        return args
-    return args._replace(core_start=np.zeros(1, np.int64), core_count=np.array([args.c], np.int64))
+
+def _plan(devices, channels, dtype, spec, forced):
+    """``(plan, geometry on the thread pool, geometry inline)``, cached."""
+    key = (devices, channels, dtype, id(spec), forced)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    try:
+        plan = tiling.plan_batch_norm_gather_stats_with_counts(devices, channels, dtype_name(dtype), spec, forced)
+    except tiling.TilingError as exc:
+        raise TilingError(OP, str(exc)) from exc
+    args = plan.kernel_args()
+    entry = (plan, kernel.launch_geometry(args), kernel.launch_geometry(args, inline=True))
+    if len(_PLANS) > 256:
+        _PLANS.clear()
+    _PLANS[key] = (spec, entry)
+    return entry
 
 
 def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
@@ -84,9 +95,11 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     for name, value in (("mean", mean), ("invstd", invstd)):
         if value.shape[1] != channels:
             raise InvalidParameterError(OP, name, f"dim 1 must equal input's C={channels}", value.shape[1])
+    shape_c = (channels,)
     for name, value in (("runningMean", running_mean), ("runningVar", running_var),
                         ("meanAll", mean_all), ("invstdAll", invstd_all)):
-        check_channel_vector(OP, name, value, channels)
+        if value is not None and (value.shape != shape_c or not value.flags.writeable):
+            check_channel_vector(OP, name, value, channels)
     if (running_mean is None) != (running_var is None):
         missing = "runningVar" if running_var is None else "runningMean"
         raise InvalidParameterError(OP, missing, "must be given when the other running statistic is",
@@ -106,12 +119,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
             raise TilingError(OP, f"[{OP}] eps must be positive as a float32 (SyncBatchNormGatherStatsFused "
                               f"tiling), got {eps}")
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
-    try:
-        plan = tiling.plan_batch_norm_gather_stats_with_counts(mean.shape[0], channels, dtype_name(mean.dtype), spec,
-                                                               forced)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
-    eps32, momentum32 = F32(eps), F32(momentum)
+    plan, geo_parallel, geo_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced)
     out_dtype = mean.dtype
 
     def run(workspace):
@@ -127,11 +135,12 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         rm = f32_buffer(running_mean, channels, copy=True) if update else _NO_RUNNING
         rv = f32_buffer(running_var, channels, copy=True) if update else _NO_RUNNING
         if mean.size >= PARALLEL_MIN_ELEMENTS:
-            launch, args = kernel.gather_stats, plan.cached_kernel_args()
+            launch, geo = kernel.gather_stats, geo_parallel
         else:
-            launch, args = kernel.gather_stats_inline, plan.memo("inline_args", lambda: _inline_args(plan))
+            launch, geo = kernel.gather_stats_inline, geo_inline
+        # eps and momentum go in as Python floats; the kernel rounds them to float32 (cheaper than here).
         launch(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32), np.ascontiguousarray(counts, F32),
-               workspace, args, eps32, momentum32, m32, s32, rm, rv, update)
+               workspace, geo, eps, momentum, m32, s32, rm, rv, update)
         write_back(((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)))
         return mean_out, invstd_out
 

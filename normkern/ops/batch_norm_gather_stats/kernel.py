@@ -46,57 +46,101 @@ def _add_block_rows(partials, blocks, pitch, total):
     """total = the blocks' partial rows added in block order, onto zero."""
     total[:] = 0.0
     for k in range(blocks):
-        part = partials[k * pitch:k * pitch + total.shape[0]]
-        for c in range(total.shape[0]):
-            total[c] += part[c]
+        _add_row(total, partials[k * pitch:k * pitch + total.shape[0]])
 
 
-def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
+#: Rows shorter than this run inline: a call costs more than vectorization saves on them.
+VECTOR_MIN = 256
+
+
+# The row loops are functions of their own: with only their arrays in scope LLVM vectorizes them
+# (inlined into the kernel, the aliasing checks between all its arrays kept them scalar).
+@njit(cache=True, error_model="numpy", inline="never")
+def _add_row(acc, row):
+    for j in range(acc.shape[0]):
+        acc[j] += row[j]
+
+
+@njit(cache=True, error_model="numpy", inline="never")
+def _add_weighted(acc, row, weight):
+    for j in range(acc.shape[0]):
+        acc[j] += row[j] * weight
+
+
+@njit(cache=True, error_model="numpy", inline="never")
+def _add_deviations(acc, row, inv, weight, mean_all, eps):
+    for j in range(acc.shape[0]):
+        acc[j] += _deviation_term(row[j], inv[j], weight, mean_all[j], eps)
+
+
+@njit(cache=True, error_model="numpy", inline="never")
+def _channel_sums(acc, mean_all, mean, invstd, counts, c0, c1, total, eps):
+    """Channels c0:c1: mean_all, then the deviation sums in acc (zero on entry), devices in order."""
+    for n in range(mean.shape[0]):
+        _add_weighted(acc, mean[n, c0:c1], counts[n])
+    for j in range(acc.shape[0]):
+        mean_all[j] = acc[j] / total
+        acc[j] = 0.0
+    for n in range(mean.shape[0]):
+        _add_deviations(acc, mean[n, c0:c1], invstd[n, c0:c1], counts[n], mean_all, eps)
+
+
+#: The launch geometry, one int64 array (a NamedTuple argument costs a microsecond of dispatch):
+#: ``[n, c, split_n, partial_offset, partial_pitch, cores, core_start[cores], core_count[cores]]``.
+GEO_N, GEO_C, GEO_SPLIT_N, GEO_OFFSET, GEO_PITCH, GEO_CORES, GEO_RANGES = range(7)
+
+
+def _gather_stats(mean, invstd, counts, ws, geo, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
+    eps = np.float32(eps)
+    momentum = np.float32(momentum)
+    devices = geo[GEO_N]
+    channels = geo[GEO_C]
+    cores = geo[GEO_CORES]
+    core_start = geo[GEO_RANGES:GEO_RANGES + cores]
+    core_count = geo[GEO_RANGES + cores:GEO_RANGES + 2 * cores]
     total = np.float32(0.0)
-    for n in range(args.n):
+    for n in range(devices):
         total += counts[n]
-    cores = args.core_start.shape[0]
-    channels = args.c
-    if args.split_n == 0:
+    if geo[GEO_SPLIT_N] == 0:
         sums = np.zeros(channels, np.float32)  # one slice per core: each core writes only its channels
         for core in prange(cores):
-            c0 = args.core_start[core]
-            cn = args.core_count[core]
-            acc = sums[c0:c0 + cn]
-            out = mean_out[c0:c0 + cn]
-            for n in range(args.n):
-                row = mean[n, c0:c0 + cn]
-                weight = counts[n]
-                for j in range(cn):
-                    acc[j] += row[j] * weight
-            for j in range(cn):
-                out[j] = acc[j] / total
-                acc[j] = 0.0
-            for n in range(args.n):
-                row = mean[n, c0:c0 + cn]
-                inv = invstd[n, c0:c0 + cn]
-                weight = counts[n]
-                for j in range(cn):
-                    acc[j] += _deviation_term(row[j], inv[j], weight, out[j], eps)
-            _finish(acc, out, total, eps, momentum, invstd_out[c0:c0 + cn], run_mean[c0:c0 + cn],
-                    run_var[c0:c0 + cn], update)
+            c0 = core_start[core]
+            c1 = c0 + core_count[core]
+            acc = sums[c0:c1]
+            out = mean_out[c0:c1]
+            if c1 - c0 >= VECTOR_MIN:
+                _channel_sums(acc, out, mean, invstd, counts, c0, c1, total, eps)
+            else:
+                for n in range(devices):
+                    row = mean[n, c0:c1]
+                    weight = counts[n]
+                    for j in range(c1 - c0):
+                        acc[j] += row[j] * weight
+                for j in range(c1 - c0):
+                    out[j] = acc[j] / total
+                    acc[j] = 0.0
+                for n in range(devices):
+                    row = mean[n, c0:c1]
+                    inv = invstd[n, c0:c1]
+                    weight = counts[n]
+                    for j in range(c1 - c0):
+                        acc[j] += _deviation_term(row[j], inv[j], weight, out[j], eps)
+            _finish(acc, out, total, eps, momentum, invstd_out[c0:c1], run_mean[c0:c1], run_var[c0:c1], update)
         return
-    pitch = args.partial_pitch
+    pitch = geo[GEO_PITCH]
     blocks = 0
     for core in range(cores):
-        if args.core_count[core] > 0:
+        if core_count[core] > 0:
             blocks += 1
-    partials = ws[args.partial_offset:args.partial_offset + (blocks + 2) * pitch]
+    offset = geo[GEO_OFFSET]
+    partials = ws[offset:offset + (blocks + 2) * pitch]
     mean_row = partials[blocks * pitch:blocks * pitch + channels]      # the two rows after the block partials
     var_row = partials[(blocks + 1) * pitch:(blocks + 1) * pitch + channels]
     for core in prange(blocks):  # cores past the device split are idle: they own no row
         part = partials[core * pitch:core * pitch + channels]
         part[:] = 0.0
-        for n in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            row = mean[n]
-            weight = counts[n]
-            for c in range(channels):
-                part[c] += row[c] * weight
+        for n in range(core_start[core], core_start[core] + core_count[core]):
+            _add_weighted(part, mean[n], counts[n])
     _add_block_rows(partials, blocks, pitch, mean_row)
     for c in range(channels):
         mean_row[c] = mean_row[c] / total
@@ -104,14 +148,25 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
     for core in prange(blocks):
         part = partials[core * pitch:core * pitch + channels]
         part[:] = 0.0
-        for n in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            row = mean[n]
-            inv = invstd[n]
-            weight = counts[n]
-            for c in range(channels):
-                part[c] += _deviation_term(row[c], inv[c], weight, mean_row[c], eps)
+        for n in range(core_start[core], core_start[core] + core_count[core]):
+            _add_deviations(part, mean[n], invstd[n], counts[n], mean_row, eps)
     _add_block_rows(partials, blocks, pitch, var_row)
     _finish(var_row, mean_row, total, eps, momentum, invstd_out, run_mean, run_var, update)
+
+
+def launch_geometry(args, inline: bool = False) -> np.ndarray:
+    """The ``geo`` array of a plan's ``GatherStatsArgs``.
+
+    ``inline`` (for a run without the thread pool): a channel-split plan adds each channel's devices
+    in device order whatever the core boundaries, so one sweep over all channels gives the same bits
+    as the plan's cores one after another. Device-split plans keep their blocks: there the block
+    boundaries are the order.
+    """
+    starts, counts = args.core_start, args.core_count
+    if inline and not args.split_n:
+        starts, counts = np.zeros(1, np.int64), np.array([args.c], np.int64)
+    head = [args.n, args.c, args.split_n, args.partial_offset, args.partial_pitch, len(starts)]
+    return np.concatenate([np.array(head, np.int64), starts, counts]).astype(np.int64)
 
 
 #: The same function on the thread pool, and run inline for problems too small to pay for a launch;
