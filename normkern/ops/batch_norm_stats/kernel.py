@@ -16,7 +16,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ..._lanes import LANES, accumulate, accumulate_sqdev, fold
+from ..._lanes import LANES, accumulate, accumulate_sqdev, fold, prefetch_row
+
+#: Rows shorter than this many elements are prefetched PREFETCH_AHEAD rows ahead in pass 1
+#: (256x256x14x14: 0.30 -> 0.39 of the read bandwidth; 56x56 rows gain nothing from it).
+PREFETCH_BELOW = 1024
+PREFETCH_AHEAD = 8
 
 
 @njit(cache=True, error_model="numpy")
@@ -35,6 +40,11 @@ def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
             start = seg * args.seg_elems
             length = args.seg_elems if seg < segs - 1 else args.tail_seg_elems
             data = x[n, c, start:start + length]
+            if not squared and length < PREFETCH_BELOW and r + PREFETCH_AHEAD < end:
+                ahead = r + PREFETCH_AHEAD  # pass 1 comes from memory; pass 2 finds the channel in cache
+                n_ahead = ahead // segs
+                seg_ahead = ahead - n_ahead * segs
+                prefetch_row(x[n_ahead, c, seg_ahead * args.seg_elems:seg_ahead * args.seg_elems + length])
             if squared:
                 accumulate_sqdev(lanes, data, mean)
             else:
