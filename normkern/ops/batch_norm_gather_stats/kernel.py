@@ -49,10 +49,6 @@ def _add_block_rows(partials, blocks, pitch, total):
         _add_row(total, partials[k * pitch:k * pitch + total.shape[0]])
 
 
-#: Rows shorter than this run inline: a call costs more than vectorization saves on them.
-VECTOR_MIN = 256
-
-
 # The row loops are functions of their own: with only their arrays in scope LLVM vectorizes them
 # (inlined into the kernel, the aliasing checks between all its arrays kept them scalar).
 @njit(cache=True, error_model="numpy", inline="never")
@@ -75,14 +71,23 @@ def _add_deviations(acc, row, inv, weight, mean_all, eps):
 
 @njit(cache=True, error_model="numpy", inline="never")
 def _channel_sums(acc, mean_all, mean, invstd, counts, c0, c1, total, eps):
-    """Channels c0:c1: mean_all, then the deviation sums in acc (zero on entry), devices in order."""
+    """Channels c0:c1 of a channel-split core: mean_all, then the deviation sums in acc (zero on
+    entry), devices in order. A function of its own, called once a core: with only these arrays in
+    scope LLVM vectorizes the row loops (inlined into the kernel they stayed scalar)."""
     for n in range(mean.shape[0]):
-        _add_weighted(acc, mean[n, c0:c1], counts[n])
+        row = mean[n, c0:c1]
+        weight = counts[n]
+        for j in range(acc.shape[0]):
+            acc[j] += row[j] * weight
     for j in range(acc.shape[0]):
         mean_all[j] = acc[j] / total
         acc[j] = 0.0
     for n in range(mean.shape[0]):
-        _add_deviations(acc, mean[n, c0:c1], invstd[n, c0:c1], counts[n], mean_all, eps)
+        row = mean[n, c0:c1]
+        inv = invstd[n, c0:c1]
+        weight = counts[n]
+        for j in range(acc.shape[0]):
+            acc[j] += _deviation_term(row[j], inv[j], weight, mean_all[j], eps)
 
 
 #: The launch geometry, one int64 array (a NamedTuple argument costs a microsecond of dispatch):
@@ -108,23 +113,7 @@ def _gather_stats(mean, invstd, counts, ws, geo, eps, momentum, mean_out, invstd
             c1 = c0 + core_count[core]
             acc = sums[c0:c1]
             out = mean_out[c0:c1]
-            if c1 - c0 >= VECTOR_MIN:
-                _channel_sums(acc, out, mean, invstd, counts, c0, c1, total, eps)
-            else:
-                for n in range(devices):
-                    row = mean[n, c0:c1]
-                    weight = counts[n]
-                    for j in range(c1 - c0):
-                        acc[j] += row[j] * weight
-                for j in range(c1 - c0):
-                    out[j] = acc[j] / total
-                    acc[j] = 0.0
-                for n in range(devices):
-                    row = mean[n, c0:c1]
-                    inv = invstd[n, c0:c1]
-                    weight = counts[n]
-                    for j in range(c1 - c0):
-                        acc[j] += _deviation_term(row[j], inv[j], weight, out[j], eps)
+            _channel_sums(acc, out, mean, invstd, counts, c0, c1, total, eps)
             _finish(acc, out, total, eps, momentum, invstd_out[c0:c1], run_mean[c0:c1], run_var[c0:c1], update)
         return
     pitch = geo[GEO_PITCH]
