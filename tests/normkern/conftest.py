@@ -20,6 +20,14 @@ def make_input(shape, dtype, seed=0, offset=3.0):
     return (rng.standard_normal(shape) * 1.5 + offset).astype(DTYPES[dtype])
 
 
+def make_spread_input(shape, dtype, seed=0):
+    """Values of both signs spread over six decades. Balanced reduction trees of different shapes
+    round differently on them; on values of one magnitude they often round alike, so a bit-for-bit
+    test fed only those can pass a wrong tree."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(DTYPES[dtype])
+
+
 def bits(a):
     return np.ascontiguousarray(a).view(np.uint32)
 

@@ -15,7 +15,7 @@ from normkern.ops.group_norm_backward import (
     task_views,
 )
 
-from .conftest import DTYPES, bits, make_input
+from .conftest import DTYPES, bits, make_input, make_spread_input
 
 #: 5 cores and an 8 KiB UB: mode 0 up to C_G*HxW ~ 590 (fp32), mode 3 chunks of 576 (fp32) / 384 (half).
 SMALL = dataclasses.replace(tiling.get_soc("Ascend910B2"), name="small", arch="host", vector_cores=5,
@@ -39,12 +39,16 @@ CASES = [
 ]
 
 
-def make_problem(n, c, hxw, group, dtype, seed=0, out_dtype=None, shape=None):
-    """grad_out, input and the group statistics of a forward pass (mean, rstd, gamma in mean's dtype)."""
+def make_problem(n, c, hxw, group, dtype, seed=0, out_dtype=None, shape=None, spread=False):
+    """grad_out, input and the group statistics of a forward pass (mean, rstd, gamma in mean's dtype);
+    ``spread``: grad_out and input of magnitudes spread over six decades."""
     rng = np.random.default_rng(seed + 10_000)
     shape = shape or (n, c, hxw)
-    x = make_input(shape, dtype, seed)
-    dy = rng.standard_normal(shape).astype(DTYPES[dtype])
+    if spread:
+        x, dy = make_spread_input(shape, dtype, seed), make_spread_input(shape, dtype, seed + 10_000)
+    else:
+        x = make_input(shape, dtype, seed)
+        dy = rng.standard_normal(shape).astype(DTYPES[dtype])
     stats = DTYPES[out_dtype or dtype]
     xg = x.astype(np.float64).reshape(n, group, -1)
     mean = xg.mean(axis=-1).astype(stats)
@@ -53,8 +57,8 @@ def make_problem(n, c, hxw, group, dtype, seed=0, out_dtype=None, shape=None):
     return dy, x, mean, rstd, gamma
 
 
-def run_both(n, c, hxw, group, dtype, soc, strategy=None, seed=0, out_dtype=None):
-    dy, x, mean, rstd, gamma = make_problem(n, c, hxw, group, dtype, seed, out_dtype)
+def run_both(n, c, hxw, group, dtype, soc, strategy=None, seed=0, out_dtype=None, spread=False):
+    dy, x, mean, rstd, gamma = make_problem(n, c, hxw, group, dtype, seed, out_dtype, spread=spread)
     got = normkern.group_norm_backward(dy, x, mean, rstd, gamma, n, c, hxw, group, soc=soc, strategy=strategy,
                                        arrival_seed=seed)
     plan = tiling.plan_group_norm_backward(n, c, hxw, group, dtype, soc, strategy, out_dtype=out_dtype)
@@ -85,6 +89,16 @@ def test_kernel_equals_simulator(n, c, hxw, group, why, dtype, strategy):
     for name, a, b in zip(("grad_input", "grad_gamma", "grad_beta"), got, expected, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
     assert_close_to_reference(inputs, got, n, c, hxw, group)
+
+
+@pytest.mark.parametrize("strategy", [None, "atomic"], ids=["cann", "atomic"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("n, c, hxw, group, why", CASES, ids=[case[-1] for case in CASES])
+def test_kernel_equals_simulator_on_spread_magnitudes(n, c, hxw, group, why, dtype, strategy):
+    """The same cases on data where a reduction tree of another shape shows in the bits."""
+    plan, _, got, expected = run_both(n, c, hxw, group, dtype, SMALL, strategy, seed=n + c + hxw, spread=True)
+    for name, a, b in zip(("grad_input", "grad_gamma", "grad_beta"), got, expected, strict=True):
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
 
 
 def test_the_small_soc_reaches_every_mode():
