@@ -58,3 +58,14 @@ def test_run_fast_batch_norm_backward_on_the_a2_plan():
     assert report["plan"].startswith("fast_batch_norm_backward[split_load_cross_core] Ascend910B2 key=40012")
     assert report["bitwise_equal_to_simulator"] is True
     assert max(report[f"output{i}_max_err_rel_to_max"] for i in range(3)) < 1e-5
+
+
+def test_run_gather_stats_includes_the_running_update():
+    """The gather op updates running_mean/var in place: the report checks that first update too."""
+    out = subprocess.run([sys.executable, "-m", "normkern", "run", "batch_norm_gather_stats_with_counts", "--shape",
+                          "300,64", "--repeat", "3", "--check", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    report = json.loads(out)
+    assert report["plan"].startswith("batch_norm_gather_stats_with_counts[")
+    assert report["bitwise_equal_to_simulator"] is True
+    assert max(report[f"output{i}_max_err_rel_to_max"] for i in range(4)) < 1e-5
