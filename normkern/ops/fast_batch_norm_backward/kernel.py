@@ -30,17 +30,22 @@ F32 = np.float32
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _add_at(acc_dy, acc_dyx, i, d, v, first):
+    """acc[i] += (d, v); the first pass adds onto +0 without reading acc."""
+    if first:
+        acc_dy[i] = F32(0.0) + d
+        acc_dyx[i] = F32(0.0) + v
+    else:
+        acc_dy[i] += d
+        acc_dyx[i] += v
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def _add_row(acc_dy, acc_dyx, dy_row, x_row, mean, first):
-    """acc += (dy, (x - mean) * dy) elementwise; the first pass adds onto +0 without reading acc."""
+    """acc += (dy, (x - mean) * dy) elementwise."""
     for i in range(dy_row.shape[0]):
         d = to_f32(dy_row[i])
-        v = (to_f32(x_row[i]) - mean) * d
-        if first:
-            acc_dy[i] = F32(0.0) + d
-            acc_dyx[i] = F32(0.0) + v
-        else:
-            acc_dy[i] += d
-            acc_dyx[i] += v
+        _add_at(acc_dy, acc_dyx, i, d, (to_f32(x_row[i]) - mean) * d, first)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -49,13 +54,7 @@ def _add_row_infer(acc_dy, acc_dyx, dy_row, x_row, dx_row, mean, scale, weight, 
     like = dx_row[0]
     for i in range(dy_row.shape[0]):
         d = to_f32(dy_row[i])
-        v = (to_f32(x_row[i]) - mean) * d
-        if first:
-            acc_dy[i] = F32(0.0) + d
-            acc_dyx[i] = F32(0.0) + v
-        else:
-            acc_dy[i] += d
-            acc_dyx[i] += v
+        _add_at(acc_dy, acc_dyx, i, d, (to_f32(x_row[i]) - mean) * d, first)
         dx_row[i] = from_f32((d * scale) * weight, like)
 
 
