@@ -75,6 +75,23 @@ def timing_columns(row: dict, times: dict, nbytes: int) -> None:
         row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
 
 
+def time_against_triad(benchmark, stream, runs: dict, row: dict, nbytes: int, names) -> dict:
+    """Time ``runs`` interleaved with the STREAM triad of the same rounds, then fill ``row``: the timing
+    columns, ``stream_triad_GBps``, and for each of ``names`` its triad fraction (3-tensor-pass bytes
+    model) and its speed-up over ``torch`` where that ran. Returns the (median, iqr) times."""
+    runs["stream_triad"] = stream.triad
+    times = interleaved_medians(runs, rounds=11)
+    benchmark.pedantic(runs[names[0]], rounds=5, warmup_rounds=1)
+    triad = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
+    row["stream_triad_GBps"] = round(triad, 1)
+    timing_columns(row, times, nbytes)
+    for name in names:
+        row[f"{name}_triad_fraction"] = round(nbytes / times[name][0] / 1e9 / triad, 2)
+        if "torch" in times:
+            row[f"{name}_vs_torch"] = round(times["torch"][0] / times[name][0], 2)
+    return times
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

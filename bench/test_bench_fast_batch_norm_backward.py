@@ -16,7 +16,7 @@ import normkern
 import tiling
 from normkern.ops.fast_batch_norm_backward import bytes_moved
 
-from .conftest import STREAM_BYTES, interleaved_medians, record, timing_columns
+from .conftest import record, time_against_triad
 
 SHAPES = [(32, 64, 56, 56), (256, 256, 14, 14), (8, 512, 7, 7), (64, 128, 56, 56)]
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -61,16 +61,6 @@ def test_fast_batch_norm_backward(benchmark, environment, stream, shape, dtype, 
     peer = _torch_peer(dy, x, params, training)
     if peer is not None:
         runs["torch"] = peer
-    runs["stream_triad"] = stream.triad
-    times = interleaved_medians(runs, rounds=11)
-    benchmark.pedantic(runs["nk_Ascend910B2"], rounds=5, warmup_rounds=1)
-    triad_GBps = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
-    row["stream_triad_GBps"] = round(triad_GBps, 1)
-    timing_columns(row, times, nbytes)
-    for soc in SOCS:
-        nk = times[f"nk_{soc}"][0]
-        row[f"nk_{soc}_triad_fraction"] = round(nbytes / nk / 1e9 / triad_GBps, 2)
-        if "torch" in times:
-            row[f"nk_{soc}_vs_torch"] = round(times["torch"][0] / nk, 2)
+    time_against_triad(benchmark, stream, runs, row, nbytes, [f"nk_{soc}" for soc in SOCS])
     benchmark.extra_info.update(row)
     record(row)

@@ -15,7 +15,7 @@ import normkern
 import tiling
 from normkern.ops.group_norm_backward import bytes_moved
 
-from .conftest import STREAM_BYTES, interleaved_medians, record, timing_columns
+from .conftest import record, time_against_triad
 
 CASES = [((8, 256, 56, 56), 32), ((32, 64, 28, 28), 8), ((4, 512, 96, 96), 32)]
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -55,16 +55,7 @@ def test_group_norm_backward(benchmark, environment, stream, shape, group, dtype
         runs["torch"] = lambda: torch.ops.aten.native_group_norm_backward(*targs, n, c, hxw, group, [True] * 3)
     except ImportError:
         pass
-    runs["stream_triad"] = stream.triad
-    times = interleaved_medians(runs, rounds=11)
-    benchmark.pedantic(runs["nk_Ascend910B2"], rounds=5, warmup_rounds=1)
-    triad = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
-    row["stream_triad_GBps"] = round(triad, 1)
-    timing_columns(row, times, nbytes)
-    for name in ("nk_Ascend910B2", "nk_host"):
-        if "torch" in times:
-            row[f"{name}_vs_torch"] = round(times["torch"][0] / times[name][0], 2)
-        row[f"{name}_triad_fraction"] = round(nbytes / times[name][0] / 1e9 / triad, 2)
+    times = time_against_triad(benchmark, stream, runs, row, nbytes, ["nk_Ascend910B2", "nk_host"])
     row["cann_over_atomic"] = round(times["nk_Ascend910B2"][0] / times["nk_atomic"][0], 2)
     benchmark.extra_info.update(row)
     record(row)
