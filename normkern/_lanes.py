@@ -125,30 +125,39 @@ def fold_halves(buf, length, used):
 
 #: Bytes per cache line: the prefetch step.
 _LINE_BYTES = 64
+#: Bytes of a row summed between two rounds of prefetches of the row after it.
+_PIECE_BYTES = 4096
 
 
-@intrinsic
-def _prefetch_read(typingctx, arr, index):
-    """A read prefetch (``llvm.prefetch``, into all cache levels) of the line holding ``arr[index]``.
+def _prefetch_intrinsic(locality: int, where: str):
+    @intrinsic
+    def prefetch(typingctx, arr, index):
+        if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+            return None
 
-    A hint only: it loads nothing into the program, so no result can depend on it."""
-    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
-        return None
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            array = context.make_array(array_type)(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]], wraparound=False)
+            byte_pointer = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            function = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0i8")
+            # (address, read, locality, data cache)
+            builder.call(function, [builder.bitcast(pointer, byte_pointer), ir.Constant(i32, 0),
+                                    ir.Constant(i32, locality), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
 
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]], wraparound=False)
-        byte_pointer = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0i8")
-        # (address, read, locality 3 = keep in every level, data cache)
-        builder.call(function, [builder.bitcast(pointer, byte_pointer), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                                ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+        return types.none(arr, index), codegen
 
-    return types.none(arr, index), codegen
+    prefetch.__doc__ = (f"A read prefetch (``llvm.prefetch``, locality {locality}: {where}) of the line "
+                        "holding ``arr[index]``. A hint only: it loads nothing into the program, so no result "
+                        "can depend on it.")
+    return prefetch
+
+
+_prefetch_read = _prefetch_intrinsic(3, "into every cache level")
+_prefetch_l2 = _prefetch_intrinsic(1, "into L2, not L1 (prefetcht2)")
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -159,3 +168,23 @@ def prefetch_row(row):
     plane at a stride of C*HxW, each start cold, and there the hint measured 25-30% faster."""
     for i in range(0, row.shape[0], _LINE_BYTES // row.itemsize):
         _prefetch_read(row, i)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def accumulate_prefetching(lanes, row, following):
+    """``accumulate(lanes, row)`` while asking for ``following`` (the row read next) into L2.
+
+    The row is summed in 4 KiB pieces (a multiple of 64 elements, so each lane still adds its
+    elements in ascending order: same bits as ``accumulate``), each after the prefetches of the
+    same piece of ``following``. A plane row of 56x56 float32 is 12.5 KiB at a stride of C*HxW;
+    the hardware prefetcher restarts on each, and this keeps the next one on its way: pass 1 of
+    64x128x56x56 measured 1.48 -> 1.23 times a contiguous read of the same bytes."""
+    n = row.shape[0]
+    piece = _PIECE_BYTES // row.itemsize
+    step = _LINE_BYTES // row.itemsize
+    ahead = following.shape[0]
+    for start in range(0, n, piece):
+        stop = min(start + piece, n)
+        for i in range(start, min(stop, ahead), step):
+            _prefetch_l2(following, i)
+        accumulate(lanes, row[start:stop])

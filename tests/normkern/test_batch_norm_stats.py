@@ -58,6 +58,25 @@ def test_real_socs_match_simulator_and_reference(soc, shape):
     _check_against_reference(x, mean, invstd, 1e-3)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("strategy", ["split_c", "split_r"])
+def test_long_rows_match_simulator(dtype, strategy):
+    """Rows of 1024 elements and more, which pass 1 sums in 4 KiB pieces while it prefetches the
+    next row: 1024 and 2048 elements are whole pieces for one dtype or the other, 2113 and 4167 end
+    in a part piece, and 70001 and 130001 split each plane into segments with a shorter tail."""
+    soc = "Ascend950" if dtype == "bfloat16" else "Ascend910B2"
+    for shape in ((3, 2, 1023), (3, 2, 1024), (3, 2, 2048), (3, 2, 2113), (5, 3, 4167), (2, 2, 70001),
+                  (4, 3, 130001)):
+        x = make_input(shape, dtype, seed=sum(shape))
+        for target in (soc, "host"):
+            plan = tiling.plan_batch_norm_stats(shape, dtype, target, strategy)
+            mean, invstd = normkern.batch_norm_stats(x, 1e-5, soc=target, strategy=strategy)
+            sim_mean, sim_invstd = simulate(plan, x, 1e-5)
+            assert np.array_equal(bits(mean), bits(sim_mean)), (shape, plan)
+            assert np.array_equal(bits(invstd), bits(sim_invstd)), (shape, plan)
+            _check_against_reference(x, mean, invstd, 1e-5)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_thread_count_does_not_change_a_bit(strategy, threads):
     x = make_input((40, 3, 300), "float32", seed=5)
