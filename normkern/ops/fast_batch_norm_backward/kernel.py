@@ -49,6 +49,22 @@ def _add_row(acc_dy, acc_dyx, dy_row, x_row, mean, first):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _add_two_rows(acc_dy, acc_dyx, dy_a, x_a, dy_b, x_b, mean, first):
+    """``_add_row`` of row a, then of row b, with one load and one store of each accumulator."""
+    for i in range(dy_a.shape[0]):
+        da = to_f32(dy_a[i])
+        db = to_f32(dy_b[i])
+        va = (to_f32(x_a[i]) - mean) * da
+        vb = (to_f32(x_b[i]) - mean) * db
+        if first:
+            acc_dy[i] = (F32(0.0) + da) + db
+            acc_dyx[i] = (F32(0.0) + va) + vb
+        else:
+            acc_dy[i] = (acc_dy[i] + da) + db
+            acc_dyx[i] = (acc_dyx[i] + va) + vb
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def _add_row_infer(acc_dy, acc_dyx, dy_row, x_row, dx_row, mean, scale, weight, first):
     """``_add_row`` that also stores the inference dx of each element it reads."""
     like = dx_row[0]
@@ -102,13 +118,18 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
     b1_align, fold_len = geo[5], geo[6]
     step = 1 if geo[0] else geo[4]
     used = 0
-    for block in range(first, last, step):
+    block = first
+    while block < last:
         plane, hw0, hw_len, planes = _pass_extent(geo, block, last)
         is_first = block == first
         extent = (planes - 1) * b1_align + hw_len
         if not is_first and extent > used:  # a split-HW job may start on a short tail chunk
             _zero(acc_dy, used, extent)
             _zero(acc_dyx, used, extent)
+        paired = False
+        if not fuse_dx and block + step < last:  # (a fused inference pass gained nothing from it)
+            plane_b, hw0_b, hw_len_b, planes_b = _pass_extent(geo, block + step, last)
+            paired = planes_b == planes and hw_len_b == hw_len
         for j in range(planes):
             lo = j * b1_align
             dy_row = dy[plane + j, c, hw0:hw0 + hw_len]
@@ -116,12 +137,17 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
             if fuse_dx:
                 _add_row_infer(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row,
                                dx[plane + j, c, hw0:hw0 + hw_len], mean, scale, weight, is_first)
+            elif paired:  # this pass and the next add onto the same positions: both in one sweep
+                _add_two_rows(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row,
+                              dy[plane_b + j, c, hw0_b:hw0_b + hw_len], x[plane_b + j, c, hw0_b:hw0_b + hw_len],
+                              mean, is_first)
             else:
                 _add_row(acc_dy[lo:lo + hw_len], acc_dyx[lo:lo + hw_len], dy_row, x_row, mean, is_first)
             if is_first and j < planes - 1:
                 _zero(acc_dy, lo + hw_len, lo + b1_align)
                 _zero(acc_dyx, lo + hw_len, lo + b1_align)
         used = max(used, extent)
+        block += 2 * step if paired else step
     return fold_halves(acc_dy, fold_len, used), fold_halves(acc_dyx, fold_len, used)
 
 
