@@ -181,10 +181,14 @@ def accumulate_prefetching(lanes, row, following):
     64x128x56x56 measured 1.48 -> 1.23 times a contiguous read of the same bytes."""
     n = row.shape[0]
     piece = _PIECE_BYTES // row.itemsize
-    step = _LINE_BYTES // row.itemsize
-    ahead = following.shape[0]
     for start in range(0, n, piece):
         stop = min(start + piece, n)
-        for i in range(start, min(stop, ahead), step):
-            _prefetch_l2(following, i)
+        prefetch_l2_piece(following, start, stop)
         accumulate(lanes, row[start:stop])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def prefetch_l2_piece(row, start, stop):
+    """Ask for the cache lines of ``row[start:stop]`` (clipped to the row) into L2."""
+    for i in range(start, min(stop, row.shape[0]), _LINE_BYTES // row.itemsize):
+        _prefetch_l2(row, i)
