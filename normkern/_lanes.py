@@ -170,7 +170,7 @@ def prefetch_row(row):
         _prefetch_read(row, i)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def accumulate_prefetching(lanes, row, following):
     """``accumulate(lanes, row)`` while asking for ``following`` (the row read next) into L2.
 
@@ -178,7 +178,8 @@ def accumulate_prefetching(lanes, row, following):
     elements in ascending order: same bits as ``accumulate``), each after the prefetches of the
     same piece of ``following``. A plane row of 56x56 float32 is 12.5 KiB at a stride of C*HxW;
     the hardware prefetcher restarts on each, and this keeps the next one on its way: pass 1 of
-    64x128x56x56 measured 1.48 -> 1.23 times a contiguous read of the same bytes."""
+    64x128x56x56 measured 1.48 -> 1.23 times a contiguous read of the same bytes. Not inlined: a
+    second inlined copy of the lane loop in the caller cost 3 s of first-call compile time."""
     n = row.shape[0]
     piece = _PIECE_BYTES // row.itemsize
     for start in range(0, n, piece):
