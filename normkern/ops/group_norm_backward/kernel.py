@@ -27,6 +27,7 @@ from numba import njit, prange
 
 from ..._dtypes import from_f32, to_f32
 from ..._lanes import LANES, fold_halves
+from ..._views import row_view
 
 F32 = np.float32
 
@@ -62,12 +63,12 @@ def _channel_sums(dy_row, x_row, r, neg_mr, mode, chunk, buf):
     corr_dg = F32(0.0)
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
-        _fill_dy(buf, dy_row[start:stop])
+        _fill_dy(buf, row_view(dy_row, start, stop - start))
         adjusted = fold_halves(buf, stop - start, stop - start) - corr_dy
         summed = adjusted + total_dy
         corr_dy = (summed - total_dy) - adjusted
         total_dy = summed
-        _fill_product(buf, dy_row[start:stop], x_row[start:stop], r, neg_mr)
+        _fill_product(buf, row_view(dy_row, start, stop - start), row_view(x_row, start, stop - start), r, neg_mr)
         adjusted = fold_halves(buf, stop - start, stop - start) - corr_dg
         summed = adjusted + total_dg
         corr_dg = (summed - total_dg) - adjusted
@@ -127,7 +128,9 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
             dgamma = partials[t, 0]
             dbeta = partials[t, 1]
             for j in range(c_g):
-                dbeta[j], dgamma[j] = _channel_sums(dy[t, j], x[t, j], r, neg_mr, args.mode, args.chunk, buf)
+                row = (t * c_g + j) * args.hxw
+                dbeta[j], dgamma[j] = _channel_sums(row_view(dy, row, args.hxw), row_view(x, row, args.hxw), r, neg_mr,
+                                                    args.mode, args.chunk, buf)
             if not write_dx:
                 continue
             gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
@@ -135,7 +138,9 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
             c2 = _group_factor(gam, dgamma, c_g, scale, small)
             for j in range(c_g):
                 aligned = (j * args.hxw) % args.align == 0
-                _dx_channel(dy[t, j], x[t, j], dx[t, j], args.mode, aligned, m, r, neg_mr, gam[j], c1, c2)
+                row = (t * c_g + j) * args.hxw
+                _dx_channel(row_view(dy, row, args.hxw), row_view(x, row, args.hxw), row_view(dx, row, args.hxw),
+                            args.mode, aligned, m, r, neg_mr, gam[j], c1, c2)
 
 
 @njit(cache=True, error_model="numpy")
