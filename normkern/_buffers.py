@@ -22,3 +22,14 @@ def write_back(pairs) -> None:
     for target, result in pairs:
         if target is not None and target is not result:
             target[...] = result.astype(target.dtype, copy=False)
+
+
+def in_order(plan, rows: int, count: int) -> np.ndarray:
+    """A deterministic plan's (rows, count) addition order ``0, 1, ..., count - 1`` on every row: made once
+    per plan (plans are cached) and read-only, so no call can change what the next one reads."""
+    def make() -> np.ndarray:
+        order = np.tile(np.arange(count, dtype=np.int64), (rows, 1))
+        order.flags.writeable = False
+        return order
+
+    return plan.memo("in_order", make)

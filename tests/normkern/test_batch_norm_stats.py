@@ -154,3 +154,12 @@ def test_zero_variance_and_zero_eps_give_ieee_infinity(strategy):
     x = np.full((12, 3, 70), -1.5, np.float32)
     mean, invstd = normkern.batch_norm_stats(x, 0.0, soc=TINY, strategy=strategy, arrival_seed=0)
     assert np.array_equal(mean, [-1.5] * 3) and np.isposinf(invstd).all()
+
+
+def test_core_order_of_a_deterministic_plan_is_shared_and_read_only():
+    plan = tiling.plan_batch_norm_stats((4, 8, 100), "float32", "Ascend910B2", "split_r")
+    order = arrival_order(plan)
+    np.testing.assert_array_equal(order, np.tile(np.arange(plan.block_dim), (2, 1)))
+    assert arrival_order(plan, 3) is order
+    with pytest.raises(ValueError):
+        order[0, 0] = 1

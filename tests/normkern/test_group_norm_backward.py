@@ -232,3 +232,12 @@ def test_matches_torch_native_group_norm_backward(shape, group, dtype):
         if dtype != "float32" and name != "grad_input":   # sums of n*HxW half products: PyTorch rounds them too
             extra = {"rtol": 2e-2 if dtype == "bfloat16" else 2e-3, "atol": 1e-2 * (n * hxw) ** 0.5}
         torch.testing.assert_close(tt(g), t, **extra)
+
+
+def test_batch_order_of_the_cann_plan_is_shared_and_read_only():
+    plan = tiling.plan_group_norm_backward(5, 8, 9, 4, "float32", "Ascend910B2")
+    order = arrival_order(plan)
+    np.testing.assert_array_equal(order, np.tile(np.arange(5), (4, 1)))
+    assert arrival_order(plan, 3) is order
+    with pytest.raises(ValueError):
+        order[0, 0] = 1

@@ -9,7 +9,7 @@ from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
 from tiling.batch_norm_stats import supported_dtypes
 
 from ... import _config
-from ..._buffers import f32_buffer, write_back
+from ..._buffers import f32_buffer, in_order, write_back
 from ..._checks import (
     check_array,
     check_arrival_seed,
@@ -37,7 +37,7 @@ def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarr
     """
     cores = plan.block_dim
     if plan.strategy is not BatchNormStatsStrategy.ATOMIC:
-        return np.tile(np.arange(cores, dtype=np.int64), (2, 1))
+        return in_order(plan, 2, cores)
     rng = np.random.default_rng(seed)
     return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)
 

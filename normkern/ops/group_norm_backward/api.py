@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import tiling
 from tiling import GroupNormBackwardPlan, GroupNormBackwardStrategy
 
 from ... import _config
-from ..._buffers import f32_buffer, write_back
+from ..._buffers import f32_buffer, in_order, write_back
 from ..._checks import (
     check_array,
     check_arrival_seed,
@@ -41,13 +43,13 @@ def arrival_order(plan: GroupNormBackwardPlan, seed: int | None = None) -> np.nd
     Batch order for the ``cann`` plan (at most two addends meet there); for ``atomic`` a random
     permutation per group, drawn from ``seed`` (fresh entropy when None), which replays a run."""
     if plan.strategy is not S.ATOMIC:
-        return np.tile(np.arange(plan.n, dtype=np.int64), (plan.g, 1))
+        return in_order(plan, plan.g, plan.n)
     rng = np.random.default_rng(seed)
     return np.stack([rng.permutation(plan.n) for _ in range(plan.g)]).astype(np.int64).reshape(plan.g, plan.n)
 
 
 def _numel(value) -> int:
-    return int(np.prod(value.shape, dtype=np.int64))
+    return math.prod(value.shape)
 
 
 def _check_mask(output_mask, outputs, outputs_required) -> tuple[bool, bool, bool]:
