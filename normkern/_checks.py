@@ -26,6 +26,8 @@ def check_real(op: str, name: str, value) -> float:
 
 def is_int(value) -> bool:
     """An integer that is not a bool (``True`` is an ``Integral`` in Python)."""
+    if type(value) is int:  # the common case, without the slower ABC check
+        return True
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -97,6 +99,8 @@ def check_output_mask(op: str, value, names: tuple[str, str, str], *, missing=Nu
     """An aclBoolArray outputMask: three bools. ``missing`` is the error a null mask raises (the ops map
     it to different codes); ``empty_is_null`` treats a zero-length mask as null, as CheckMaskNotNull of
     FastBatchNormBackward does."""
+    if type(value) is tuple and len(value) == 3 and all(type(e) is bool for e in value):
+        return value  # the common case, already three Python bools
     if value is None:
         raise missing(op, "outputMask", "must not be None (null pointer)", None)
     try:
