@@ -45,10 +45,14 @@ def _fill_product(buf, dy_row, x_row, r, neg_mr):
 
 
 @njit(cache=True, error_model="numpy")
-def _channel_sums(dy_row, x_row, r, neg_mr, mode, chunk, buf):
-    """(dbeta, dgamma) of one channel of a task: each row copied to UB-like scratch, then folded.
-    (Folding the first step while reading the data measured slower: more streams per loop.)"""
-    n = dy_row.shape[0]
+def _channel_sums(dy, x, row, n, r, neg_mr, mode, chunk, buf):
+    """(dbeta, dgamma) of the channel at flat offset ``row`` (``n`` elements): each row copied to
+    UB-like scratch, then folded. (Folding the first step while reading the data measured slower:
+    more streams per loop.) The rows are ``row_view``s made here, not in the caller's ``prange``
+    body, where the range check of a bounds-checked build would be an exit that stops the loop
+    from running in parallel."""
+    dy_row = row_view(dy, row, n)
+    x_row = row_view(x, row, n)
     if mode == 5:
         d = to_f32(dy_row[0])
         return d, (to_f32(x_row[0]) * r + neg_mr) * d
@@ -85,9 +89,11 @@ def _group_factor(gamma, sums, count, scale, small):
 
 
 @njit(cache=True, error_model="numpy")
-def _dx_channel(dy_row, x_row, dx_row, mode, aligned, m, r, neg_mr, gamma, c1, c2):
+def _dx_channel(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2):
+    dy_row = row_view(dy, row, n)
+    x_row = row_view(x, row, n)
+    dx_row = row_view(dx, row, n)
     like = dx_row[0]
-    n = dy_row.shape[0]
     if mode == 0 and aligned:
         a, b, gr = r * c2, r * c1, r * gamma
         for i in range(n):
@@ -128,9 +134,8 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
             dgamma = partials[t, 0]
             dbeta = partials[t, 1]
             for j in range(c_g):
-                row = (t * c_g + j) * args.hxw
-                dbeta[j], dgamma[j] = _channel_sums(row_view(dy, row, args.hxw), row_view(x, row, args.hxw), r, neg_mr,
-                                                    args.mode, args.chunk, buf)
+                dbeta[j], dgamma[j] = _channel_sums(dy, x, (t * c_g + j) * args.hxw, args.hxw, r, neg_mr, args.mode,
+                                                    args.chunk, buf)
             if not write_dx:
                 continue
             gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
@@ -138,9 +143,8 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
             c2 = _group_factor(gam, dgamma, c_g, scale, small)
             for j in range(c_g):
                 aligned = (j * args.hxw) % args.align == 0
-                row = (t * c_g + j) * args.hxw
-                _dx_channel(row_view(dy, row, args.hxw), row_view(x, row, args.hxw), row_view(dx, row, args.hxw),
-                            args.mode, aligned, m, r, neg_mr, gam[j], c1, c2)
+                _dx_channel(dy, x, dx, (t * c_g + j) * args.hxw, args.hxw, args.mode, aligned, m, r, neg_mr, gam[j], c1,
+                            c2)
 
 
 @njit(cache=True, error_model="numpy")
