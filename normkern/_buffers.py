@@ -1,4 +1,5 @@
-"""Output staging: kernels write float32 C-contiguous arrays, callers may pass any layout or dtype."""
+"""Arrays around a kernel call: output staging (kernels write float32 C-contiguous arrays, callers may
+pass any layout or dtype), and the read-only addition orders of deterministic plans."""
 
 from __future__ import annotations
 
