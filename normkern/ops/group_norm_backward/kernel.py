@@ -33,21 +33,19 @@ F32 = np.float32
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _fill_dy(buf, dy_row):
+def _fill(buf_dy, buf_dg, dy_row, x_row, r, neg_mr):
+    """UB-like scratch of a row, both at once: ``buf_dy = dy`` and ``buf_dg = x_hat * dy``."""
     for i in range(dy_row.shape[0]):
-        buf[i] = to_f32(dy_row[i])
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _fill_product(buf, dy_row, x_row, r, neg_mr):
-    for i in range(dy_row.shape[0]):
-        buf[i] = (to_f32(x_row[i]) * r + neg_mr) * to_f32(dy_row[i])
+        d = to_f32(dy_row[i])
+        buf_dy[i] = d
+        buf_dg[i] = (to_f32(x_row[i]) * r + neg_mr) * d
 
 
 @njit(cache=True, error_model="numpy")
-def _channel_sums(dy, x, row, n, r, neg_mr, mode, chunk, buf):
-    """(dbeta, dgamma) of the channel at flat offset ``row`` (``n`` elements): each row copied to
-    UB-like scratch, then folded. (Folding the first step while reading the data measured slower:
+def _channel_sums(dy, x, row, n, r, neg_mr, mode, chunk, buf_dy, buf_dg):
+    """(dbeta, dgamma) of the channel at flat offset ``row`` (``n`` elements): the row (mode 3: each
+    chunk) copied to two UB-like buffers in one pass, then each folded. (One pass reads dy once:
+    0.89-0.98 of the time of two. Folding the first step while reading the data measured slower:
     more streams per loop.) The rows are ``row_view``s made here, not in the caller's ``prange``
     body, where the range check of a bounds-checked build would be an exit that stops the loop
     from running in parallel."""
@@ -57,23 +55,20 @@ def _channel_sums(dy, x, row, n, r, neg_mr, mode, chunk, buf):
         d = to_f32(dy_row[0])
         return d, (to_f32(x_row[0]) * r + neg_mr) * d
     if mode != 3:
-        _fill_dy(buf, dy_row)
-        s_dy = fold_halves(buf, n, n)
-        _fill_product(buf, dy_row, x_row, r, neg_mr)
-        return s_dy, fold_halves(buf, n, n)
+        _fill(buf_dy, buf_dg, dy_row, x_row, r, neg_mr)
+        return fold_halves(buf_dy, n, n), fold_halves(buf_dg, n, n)
     total_dy = F32(0.0)
     total_dg = F32(0.0)
     corr_dy = F32(0.0)
     corr_dg = F32(0.0)
     for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        _fill_dy(buf, row_view(dy_row, start, stop - start))
-        adjusted = fold_halves(buf, stop - start, stop - start) - corr_dy
+        length = min(chunk, n - start)
+        _fill(buf_dy, buf_dg, row_view(dy_row, start, length), row_view(x_row, start, length), r, neg_mr)
+        adjusted = fold_halves(buf_dy, length, length) - corr_dy
         summed = adjusted + total_dy
         corr_dy = (summed - total_dy) - adjusted
         total_dy = summed
-        _fill_product(buf, row_view(dy_row, start, stop - start), row_view(x_row, start, stop - start), r, neg_mr)
-        adjusted = fold_halves(buf, stop - start, stop - start) - corr_dg
+        adjusted = fold_halves(buf_dg, length, length) - corr_dg
         summed = adjusted + total_dg
         corr_dg = (summed - total_dg) - adjusted
         total_dg = summed
@@ -126,7 +121,8 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
     scale = F32(c_g * args.hxw)
     width = max(args.chunk if args.mode == 3 else args.hxw, LANES)
     for core in prange(args.core_start.shape[0]):
-        buf = np.empty(width, F32)
+        buf_dy = np.empty(width, F32)
+        buf_dg = np.empty(width, F32)
         small = np.empty(max(c_g, LANES), F32)
         for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
             m, r = mean[t], rstd[t]
@@ -135,7 +131,7 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
             dbeta = partials[t, 1]
             for j in range(c_g):
                 dbeta[j], dgamma[j] = _channel_sums(dy, x, (t * c_g + j) * args.hxw, args.hxw, r, neg_mr, args.mode,
-                                                    args.chunk, buf)
+                                                    args.chunk, buf_dy, buf_dg)
             if not write_dx:
                 continue
             gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
