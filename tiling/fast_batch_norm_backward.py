@@ -2,7 +2,7 @@
 
 Source: ``norm/batch_norm_grad_v3/op_host/`` in hicann/ops-nn (``source="cann-ops-nn"`` on
 Ascend910B* and Ascend910_93; ``host`` gets a ``"modeled"`` plan from the same templates with the
-CPU's figures; CANN has no such kernel elsewhere). Kernels for these plans are not written yet.
+CPU's figures, dividing at most ``HOST_UB_BYTES`` of its UB; CANN has no such kernel elsewhere).
 
 Preprocessing (op_api): rank > 5 is viewed as 5-D ``(N, C, d2, d3, rest)``, rank < 4 as 4-D; if
 ``N > 1000``, ``C > 1`` and ``HW <= 32`` the input is transposed to ``(1, C, N, HW)``. Fusion:
@@ -50,6 +50,10 @@ FULL_LOAD_TRAIN_LIMIT = 12000
 FULL_LOAD_INFER_LIMIT = 16000
 CROSS_CORE_LIMIT = 20000
 MAX_CHANNEL_SIZE = 1024
+#: The UB the host model's templates divide, at most: there a pass's two float32 accumulators stay in
+#: L1/L2 beside the rows streaming through. The whole 1 MiB L2 of this machine as UB measured 15-40%
+#: slower on the bench shapes; 64 KiB and 128 KiB were the fastest (README). A2/A3 use their UB as is.
+HOST_UB_BYTES = 128 * 1024
 KEY_INFER_FULL_LOAD, KEY_INFER_SPLIT_LOAD = 10001, 20001
 KEY_TRAIN_FULL_LOAD, KEY_TRAIN_SPLIT_LOAD = 30001, 40001
 CROSS_CORE_KEY_OFFSET = 10
@@ -162,6 +166,11 @@ class FastBatchNormBackwardProblem:
         return 8 if self.dtype == "float32" else 16
 
     @property
+    def ub_bytes(self) -> int:
+        """The UB the templates divide: the SoC's, capped at ``HOST_UB_BYTES`` on the host model."""
+        return min(self.soc.ub_bytes, HOST_UB_BYTES) if self.soc.arch == "host" else self.soc.ub_bytes
+
+    @property
     def b1_align(self) -> int:
         b1 = self.fused[2]
         return -(-b1 // self.align) * self.align
@@ -180,7 +189,7 @@ def _full_load(p: FastBatchNormBackwardProblem) -> tuple[dict, Split]:
         relate, not_relate = p.b_align * 4 * 4 + 9 * 4 * 4, 9 * 8 * 5 * 4
     else:
         relate, not_relate = p.b_align * 4 * 3 + 9 * 3 * 4, 9 * 8 * 4 * 4
-    c_ub_block = (p.soc.ub_bytes - not_relate) // relate
+    c_ub_block = (p.ub_bytes - not_relate) // relate
     td = {"b1Dim": b1, "aDim": a, "b0Dim": b0, "bAlign": p.b_align, "coreChannelNum": each,
           "coreChannelNumTail": tail, "cUbBlock": c_ub_block, "needCoreNum": need}
     return td, _quota(a, each, need, tail)
@@ -188,7 +197,7 @@ def _full_load(p: FastBatchNormBackwardProblem) -> tuple[dict, Split]:
 
 def _b_ub_block(p: FastBatchNormBackwardProblem, channels: int) -> int:
     aligned = -(-channels // p.align) * p.align
-    block = (p.soc.ub_bytes - aligned * 3 * 4) // (4 * 4)
+    block = (p.ub_bytes - aligned * 3 * 4) // (4 * 4)
     return block // p.align * p.align
 
 
@@ -553,7 +562,7 @@ def _check_full_load(p):
     if p.b_align > limit:
         return Rejection("full_load", f"bAlign={p.b_align} > {limit}", True)
     if _full_load(p)[0]["cUbBlock"] < 1:  # never on A2 (12000 * 16 B < UB); possible on a custom SoC
-        return Rejection("full_load", f"a {p.soc.ub_bytes}-byte UB holds no channel of bAlign={p.b_align}", True)
+        return Rejection("full_load", f"a {p.ub_bytes}-byte UB holds no channel of bAlign={p.b_align}", True)
     return None
 
 

@@ -130,3 +130,24 @@ def test_a_broken_job_table_is_caught():
     bad = dict(plan.tiling_data, coreChannelNum=4)          # whole 0..191, groups 192..207: 208.. by no core
     with pytest.raises(ValueError, match="channel 208 is covered 0 times"):
         dataclasses.replace(plan, tiling_data=bad)
+
+
+def test_host_model_divides_at_most_host_ub_bytes():
+    import dataclasses
+
+    from tiling import get_soc
+    from tiling.fast_batch_norm_backward import HOST_UB_BYTES
+    l2_sized = dataclasses.replace(get_soc("host"), name="host_1mib", vector_cores=2, ub_bytes=1 << 20,
+                                   ub_raw_bytes=1 << 20)
+    plan = plan_fast_batch_norm_backward((256, 256, 14, 14), "float16", l2_sized)
+    # 128 channels a core (aligned to 16): bUbBlock = (128 KiB - 128 * 3 * 4) // 16 = 8096; b1Align 208,
+    # so 8096 // 208 = 38 planes a pass, 7 passes over N = 256, the last of 28 planes
+    assert HOST_UB_BYTES == 128 * 1024
+    assert plan.strategy.value == "split_load" and plan.tiling_data["bUbBlock"] == 8096
+    td = plan.tiling_data
+    assert (td["b0UbBlock"], td["bUbLoop"], td["b0UbBlockTail"]) == (38, 7, 28)
+    capped = dataclasses.replace(l2_sized, name="host_128kib", ub_bytes=HOST_UB_BYTES, ub_raw_bytes=HOST_UB_BYTES)
+    assert plan_fast_batch_norm_backward((256, 256, 14, 14), "float16", capped).tiling_data == plan.tiling_data
+    # A2 divides its whole UB (5 channels a core): (196352 - 16 * 3 * 4) // 16 = 12260 -> 12256
+    a2 = plan_fast_batch_norm_backward((256, 256, 14, 14), "float16", "Ascend910B2")
+    assert a2.tiling_data["bUbBlock"] == 12256
