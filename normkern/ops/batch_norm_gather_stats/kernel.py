@@ -49,6 +49,18 @@ def _add_block_rows(partials, blocks, pitch, total):
         _add_row(total, partials[k * pitch:k * pitch + total.shape[0]])
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _weighted_into(acc, row, weight):
+    for j in range(acc.shape[0]):
+        acc[j] += row[j] * weight
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _deviations_into(acc, row, inv, weight, mean_all, eps):
+    for j in range(acc.shape[0]):
+        acc[j] += _deviation_term(row[j], inv[j], weight, mean_all[j], eps)
+
+
 # The row loops are functions of their own: with only their arrays in scope LLVM vectorizes them
 # (inlined into the kernel, the aliasing checks between all its arrays kept them scalar).
 @njit(cache=True, error_model="numpy", inline="never")
@@ -59,14 +71,12 @@ def _add_row(acc, row):
 
 @njit(cache=True, error_model="numpy", inline="never")
 def _add_weighted(acc, row, weight):
-    for j in range(acc.shape[0]):
-        acc[j] += row[j] * weight
+    _weighted_into(acc, row, weight)
 
 
 @njit(cache=True, error_model="numpy", inline="never")
 def _add_deviations(acc, row, inv, weight, mean_all, eps):
-    for j in range(acc.shape[0]):
-        acc[j] += _deviation_term(row[j], inv[j], weight, mean_all[j], eps)
+    _deviations_into(acc, row, inv, weight, mean_all, eps)
 
 
 @njit(cache=True, error_model="numpy", inline="never")
@@ -75,19 +85,12 @@ def _channel_sums(acc, mean_all, mean, invstd, counts, c0, c1, total, eps):
     entry), devices in order. A function of its own, called once a core: with only these arrays in
     scope LLVM vectorizes the row loops (inlined into the kernel they stayed scalar)."""
     for n in range(mean.shape[0]):
-        row = mean[n, c0:c1]
-        weight = counts[n]
-        for j in range(acc.shape[0]):
-            acc[j] += row[j] * weight
+        _weighted_into(acc, mean[n, c0:c1], counts[n])
     for j in range(acc.shape[0]):
         mean_all[j] = acc[j] / total
         acc[j] = 0.0
     for n in range(mean.shape[0]):
-        row = mean[n, c0:c1]
-        inv = invstd[n, c0:c1]
-        weight = counts[n]
-        for j in range(acc.shape[0]):
-            acc[j] += _deviation_term(row[j], inv[j], weight, mean_all[j], eps)
+        _deviations_into(acc, mean[n, c0:c1], invstd[n, c0:c1], counts[n], mean_all, eps)
 
 
 #: The launch geometry, one int64 array (a NamedTuple argument costs a microsecond of dispatch):
