@@ -13,8 +13,10 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
 
 from ._dtypes import to_f32
+from ._views import _CHECKED
 
 LANES = 64
 STEP = 4 * LANES
@@ -76,23 +78,87 @@ def accumulate_sqdev(lanes, row, mean):
         lanes[j] += d * d
 
 
+def _halving_sum_intrinsic(width: int, masked: bool):
+    """An intrinsic summing ``buf[0:width]`` (float32, C-contiguous) by halves in vector registers: the
+    upper half added onto the lower half, lane by lane, down to one lane. With ``masked``, its second
+    argument ``count`` makes lanes ``>= count`` +0 before the first step (they are loaded, not used).
+
+    The same IEEE additions as the loops ``buf[j] += buf[j + w/2]`` over memory, in the same order, so
+    the same bits; but the loops stored each level and loaded it back at once, and a narrower load
+    of a wider store waits for the store to complete (64 lanes: 17 -> 9 ns)."""
+
+    def reduce(builder, vector):
+        i32 = ir.IntType(32)
+        w = width
+        while w > 1:
+            h = w // 2
+            lo = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(i32, h), list(range(h))))
+            hi = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(i32, h), list(range(h, w))))
+            vector = builder.fadd(lo, hi)
+            w = h
+        return builder.extract_element(vector, ir.Constant(i32, 0))
+
+    def load(context, builder, signature, args):
+        buf = make_array(signature.args[0])(context, builder, args[0])
+        vector_type = ir.VectorType(ir.FloatType(), width)
+        return builder.load(builder.bitcast(buf.data, vector_type.as_pointer()), align=4)
+
+    def is_buffer(buf):
+        return isinstance(buf, types.Array) and buf.dtype == types.float32 and buf.ndim == 1 and buf.layout == "C"
+
+    if masked:
+        @intrinsic
+        def halving_sum(typingctx, buf, count):
+            if not is_buffer(buf) or not isinstance(count, types.Integer):
+                return None
+
+            def codegen(context, builder, signature, args):
+                i32 = ir.IntType(32)
+                vector = load(context, builder, signature, args)
+                n = context.cast(builder, args[1], signature.args[1], types.int32)
+                first = builder.insert_element(ir.Constant(ir.VectorType(i32, width), ir.Undefined), n,
+                                               ir.Constant(i32, 0))
+                n_all = builder.shuffle_vector(first, first, ir.Constant(ir.VectorType(i32, width), [0] * width))
+                keep = builder.icmp_signed("<", ir.Constant(ir.VectorType(i32, width), list(range(width))), n_all)
+                vector = builder.select(keep, vector, ir.Constant(vector.type, [0.0] * width))
+                return reduce(builder, vector)
+
+            return types.float32(buf, count), codegen
+    else:
+        @intrinsic
+        def halving_sum(typingctx, buf):
+            if not is_buffer(buf):
+                return None
+
+            def codegen(context, builder, signature, args):
+                return reduce(builder, load(context, builder, signature, args))
+
+            return types.float32(buf), codegen
+
+    return halving_sum
+
+
+_sum64 = _halving_sum_intrinsic(64, False)
+_sum64_first = _halving_sum_intrinsic(64, True)
+_sum128 = _halving_sum_intrinsic(128, False)
+_sum256 = _halving_sum_intrinsic(256, False)
+_sum512 = _halving_sum_intrinsic(512, False)
+#: The widest halving summed in registers; wider buffers are first halved in memory, three levels a pass.
+REGISTER_WIDTH = 512
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _check_width(buf, width):
+    if _CHECKED and buf.shape[0] < width:
+        raise IndexError("a fold reads past the end of its buffer")
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def fold(lanes):
-    """Pairwise fold of the 64 lanes (destroys them); returns the block sum.
-
-    Six loops of constant width, so that each compiles to a few vector adds."""
-    for j in range(32):
-        lanes[j] += lanes[j + 32]
-    for j in range(16):
-        lanes[j] += lanes[j + 16]
-    for j in range(8):
-        lanes[j] += lanes[j + 8]
-    for j in range(4):
-        lanes[j] += lanes[j + 4]
-    lanes[0] += lanes[2]
-    lanes[1] += lanes[3]
-    lanes[0] += lanes[1]
-    return lanes[0]
+    """Pairwise fold of the 64 lanes: lane ``j + w`` added onto lane ``j`` for w = 32, 16, 8, 4, 2, 1;
+    returns the block sum. Summed in registers (``_halving_sum_intrinsic``); ``lanes`` is not written."""
+    _check_width(lanes, LANES)
+    return _sum64(lanes)
 
 
 @njit(cache=True, error_model="numpy")
@@ -104,23 +170,40 @@ def fold_halves(buf, length, used):
     lanes fold pairwise (``fold``). Only ``buf[0:used]`` is read: the rest must be +0, which adds
     nothing (an accumulator that starts at +0 never holds -0, so skipping it changes no bit).
     ``buf`` must hold at least 64 elements.
+
+    Levels above ``REGISTER_WIDTH`` run three at a time over memory (one pass instead of three); the
+    last ones, and the 64-lane fold, in registers. Paired with the level-by-level loops: the same bits.
     """
+    _check_width(buf, LANES)
     half = LANES
     while half * 2 < length:
         half *= 2
     if length > LANES:
-        while half >= LANES:
-            extra = used - half
-            if extra > 0:
-                lo = buf[0:extra]
-                hi = buf[half:half + extra]
-                for i in range(extra):
-                    lo[i] += hi[i]
-                used = half
+        while half >= LANES and used <= half:  # nothing beyond ``half`` to add at this level
             half //= 2
-    for i in range(used, LANES):
-        buf[i] = 0.0
-    return fold(buf)
+    if length <= LANES or half < LANES:
+        if used >= LANES:
+            return _sum64(buf)
+        return _sum64_first(buf, used)
+    extra = used - half
+    lo = buf[0:extra]
+    hi = buf[half:used]
+    for i in range(extra):
+        lo[i] += hi[i]
+    while half > REGISTER_WIDTH:
+        q = half // 8
+        for i in range(q):
+            buf[i] = (((buf[i] + buf[i + 4 * q]) + (buf[i + 2 * q] + buf[i + 6 * q]))
+                      + ((buf[i + q] + buf[i + 5 * q]) + (buf[i + 3 * q] + buf[i + 7 * q])))
+        half = q
+    _check_width(buf, half)
+    if half == LANES:
+        return _sum64(buf)
+    if half == 2 * LANES:
+        return _sum128(buf)
+    if half == 4 * LANES:
+        return _sum256(buf)
+    return _sum512(buf)
 
 
 #: Bytes per cache line: the prefetch step.

@@ -1,11 +1,17 @@
 """The lanes level: its exact order, and that LLVM vectorizes it without fast-math."""
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
+import pytest
 from numba import njit
 
-from normkern._lanes import accumulate, accumulate_sqdev, fold
+from normkern import _simulate
+from normkern._lanes import accumulate, accumulate_sqdev, fold, fold_halves
 
 
 @njit
@@ -55,3 +61,90 @@ def test_lane_loops_compile_to_packed_adds():
     for fn in (_sum, _sqdev):
         asm = fn.inspect_asm(fn.signatures[0])
         assert re.search(r"\bv?addps\s+[^\n]*%[xyz]mm", asm), f"{fn.__name__}: no packed float32 add"
+
+
+@njit
+def _fold_halves(buf, length, used):
+    return fold_halves(buf, length, used)
+
+
+#: Lengths around every branch of ``fold_halves``: the 64-lane fold alone, the register halvings of
+#: 128, 256 and 512, and one, two and three memory passes of three levels above 512.
+FOLD_LENGTHS = (1, 2, 31, 63, 64, 65, 100, 127, 128, 129, 196, 255, 256, 257, 448, 511, 512, 513, 784, 1023,
+                1024, 1025, 3136, 4095, 4096, 4097, 8192, 9216, 32768, 32769, 40000)
+
+
+def _fold_input(rng, length, used):
+    """Values of magnitudes 1e-20..1e20 (so the order shows in the bits), +0 from ``used`` on."""
+    values = (rng.standard_normal(length) * 10.0 ** rng.integers(-20, 20, length)).astype(np.float32)
+    values[used:] = 0.0
+    return values
+
+
+@pytest.mark.parametrize("length", FOLD_LENGTHS)
+def test_fold_halves_is_the_simulator_order(length):
+    """Compiled fold (register halvings, fused memory levels) against the level-by-level NumPy walk;
+    past ``used`` the compiled buffer holds NaN, which it must never read."""
+    rng = np.random.default_rng(length)
+    for used in sorted({length, length // 2, int(rng.integers(0, length + 1)), 0}):
+        values = _fold_input(rng, length, used)
+        expected = _simulate.fold_halves(values)
+        buf = np.full(max(length, 64), np.nan, np.float32)
+        buf[:used] = values[:used]
+        got = _fold_halves(buf, length, used)
+        assert np.float32(got).view(np.uint32) == np.float32(expected).view(np.uint32), (length, used)
+
+
+def test_fold_halves_keeps_negative_zero_and_infinities():
+    """With ``used == length`` every element is added, -0 included: -0 + -0 stays -0."""
+    for length in (64, 200, 512, 4097):
+        buf = np.full(length, -0.0, np.float32)
+        assert np.float32(_fold_halves(buf.copy(), length, length)).view(np.uint32) == 0x80000000, length
+        buf[length // 3] = np.inf
+        assert _fold_halves(buf.copy(), length, length) == np.inf
+        buf[length // 2] = -np.inf
+        assert np.isnan(_fold_halves(buf, length, length))
+
+
+def test_fold_is_the_pairwise_walk_and_leaves_its_lanes():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        lanes = _fold_input(rng, 64, 64)
+        before = lanes.copy()
+        assert np.float32(_sum_lanes(lanes)).view(np.uint32) == np.float32(_simulate.pairwise64(before)).view(np.uint32)
+        np.testing.assert_array_equal(lanes, before)
+
+
+@njit
+def _sum_lanes(lanes):
+    return fold(lanes)
+
+
+def test_bounds_checked_build_refuses_a_fold_of_a_short_buffer(tmp_path):
+    """The register fold loads 64 lanes at once: a bounds-checked build refuses a shorter buffer."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from numba import njit
+        from normkern._lanes import fold, fold_halves
+
+        @njit
+        def lanes_sum(buf):
+            return fold(buf)
+
+        @njit
+        def halves_sum(buf, length):
+            return fold_halves(buf, length, length)
+
+        assert lanes_sum(np.ones(64, np.float32)) == 64
+        for call in (lambda: lanes_sum(np.ones(63, np.float32)), lambda: halves_sum(np.ones(40, np.float32), 40)):
+            try:
+                call()
+            except IndexError:
+                continue
+            raise SystemExit("no IndexError")
+        print("refused")
+    """)
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "refused"
