@@ -167,8 +167,7 @@ class FastBatchNormBackwardProblem:
 
     @property
     def ub_bytes(self) -> int:
-        """The UB the templates divide: the SoC's, capped at ``HOST_UB_BYTES`` on the host model."""
-        return min(self.soc.ub_bytes, HOST_UB_BYTES) if self.soc.arch == "host" else self.soc.ub_bytes
+        return template_ub_bytes(self.soc)
 
     @property
     def b1_align(self) -> int:
@@ -304,6 +303,11 @@ def _quota(total: int, each: int, need: int, tail: int) -> Split:
     return Split(SplitKind.QUOTA, total, need - 1, each, 1, tail)
 
 
+def template_ub_bytes(soc: SocSpec) -> int:
+    """The UB the templates divide: the SoC's, capped at ``HOST_UB_BYTES`` on the host model."""
+    return min(soc.ub_bytes, HOST_UB_BYTES) if soc.arch == "host" else soc.ub_bytes
+
+
 #: Slots of 8 float32 (one 32-byte block) per core for each cross-core partial.
 PARTIAL_SLOT = 8
 PHASE_NAMES = ("whole channels", "channel pairs", "channel groups")
@@ -312,7 +316,7 @@ PHASE_NAMES = ("whole channels", "channel pairs", "channel groups")
 @dataclass(frozen=True, kw_only=True)
 class FastBatchNormBackwardPlan(Plan):
     op = OP
-    explain_properties = ("blocks_per_channel", "fold_len", "phases")
+    explain_properties = ("ub_bytes", "blocks_per_channel", "fold_len", "phases")
     explain_notes = (
         "save_invstd is the reciprocal standard deviation (aclnn parameter table, PyTorch); the A2 kernel "
         "source consumes that input as a variance (sqrt(v + eps)); normkern follows the parameter table",
@@ -332,6 +336,11 @@ class FastBatchNormBackwardPlan(Plan):
     b1: int = unit("elements", "fused B1 (HW)")
     b1_align: int = unit("elements", "B1 rounded up to a 32-byte block")
     b_align: int = unit("elements", "b1Align * B0")
+
+    @property
+    def ub_bytes(self) -> int:
+        """bytes of UB the templates divide: the SoC's; the host model caps it at HOST_UB_BYTES"""
+        return template_ub_bytes(self.soc)
 
     @property
     def split_hw(self) -> bool:

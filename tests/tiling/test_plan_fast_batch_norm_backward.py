@@ -151,3 +151,7 @@ def test_host_model_divides_at_most_host_ub_bytes():
     # A2 divides its whole UB (5 channels a core): (196352 - 16 * 3 * 4) // 16 = 12260 -> 12256
     a2 = plan_fast_batch_norm_backward((256, 256, 14, 14), "float16", "Ascend910B2")
     assert a2.tiling_data["bUbBlock"] == 12256
+    # explain() names the UB the split divided, next to the SoC's own
+    rows = {line.split()[0]: line.split()[1] for line in plan.explain().splitlines()[2:]}
+    assert rows["ub_bytes"] == "131072" and "UB 1048576 B" in plan.explain()
+    assert {line.split()[0]: line.split()[1] for line in a2.explain().splitlines()[2:]}["ub_bytes"] == "196352"
