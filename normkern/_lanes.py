@@ -169,12 +169,12 @@ def fold_halves(buf, length, used):
     ``buf[0:length-h]``, then the upper half onto the lower half down to 64 elements, then the 64
     lanes fold pairwise (``fold``). Only ``buf[0:used]`` is read: the rest must be +0, which adds
     nothing (an accumulator that starts at +0 never holds -0, so skipping it changes no bit).
-    ``buf`` must hold at least 64 elements.
+    ``buf`` must hold at least ``max(used, 64)`` elements.
 
     Levels above ``REGISTER_WIDTH`` run three at a time over memory (one pass instead of three); the
     last ones, and the 64-lane fold, in registers. Paired with the level-by-level loops: the same bits.
     """
-    _check_width(buf, LANES)
+    _check_width(buf, max(used, LANES))
     half = LANES
     while half * 2 < length:
         half *= 2
@@ -196,7 +196,6 @@ def fold_halves(buf, length, used):
             buf[i] = (((buf[i] + buf[i + 4 * q]) + (buf[i + 2 * q] + buf[i + 6 * q]))
                       + ((buf[i + q] + buf[i + 5 * q]) + (buf[i + 3 * q] + buf[i + 7 * q])))
         half = q
-    _check_width(buf, half)
     if half == LANES:
         return _sum64(buf)
     if half == 2 * LANES:

@@ -121,7 +121,8 @@ def _sum_lanes(lanes):
 
 
 def test_bounds_checked_build_refuses_a_fold_of_a_short_buffer(tmp_path):
-    """The register fold loads 64 lanes at once: a bounds-checked build refuses a shorter buffer."""
+    """The register fold loads 64 lanes at once: a bounds-checked build refuses a shorter buffer, and
+    a fold_halves whose ``used`` prefix is longer than its buffer."""
     script = textwrap.dedent("""
         import numpy as np
         from numba import njit
@@ -136,7 +137,8 @@ def test_bounds_checked_build_refuses_a_fold_of_a_short_buffer(tmp_path):
             return fold_halves(buf, length, length)
 
         assert lanes_sum(np.ones(64, np.float32)) == 64
-        for call in (lambda: lanes_sum(np.ones(63, np.float32)), lambda: halves_sum(np.ones(40, np.float32), 40)):
+        for call in (lambda: lanes_sum(np.ones(63, np.float32)), lambda: halves_sum(np.ones(40, np.float32), 40),
+                     lambda: halves_sum(np.ones(300, np.float32), 301)):
             try:
                 call()
             except IndexError:
