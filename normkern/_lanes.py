@@ -78,17 +78,22 @@ def accumulate_sqdev(lanes, row, mean):
         lanes[j] += d * d
 
 
-def _halving_sum_intrinsic(width: int, masked: bool):
+def _halving_sum_intrinsic(width: int, mode: str):
     """An intrinsic summing ``buf[0:width]`` (float32, C-contiguous) by halves in vector registers: the
-    upper half added onto the lower half, lane by lane, down to one lane. With ``masked``, its second
-    argument ``count`` makes lanes ``>= count`` +0 before the first step (they are loaded, not used).
+    upper half added onto the lower half, lane by lane, down to one lane. Its second argument, if any:
+
+    - ``mode="first"``, ``count``: lanes ``>= count`` are +0 before the first step (loaded, not used);
+    - ``mode="tail"``, ``extra``: ``buf[width:width + extra]`` is first added onto ``buf[0:extra]``
+      (the fold-halves tail step; ``buf[width:2 * width]`` is loaded, the lanes past ``extra`` of it
+      are not used, so the buffer must hold ``2 * width`` elements).
 
     The same IEEE additions as the loops ``buf[j] += buf[j + w/2]`` over memory, in the same order, so
     the same bits; but the loops stored each level and loaded it back at once, and a narrower load
     of a wider store waits for the store to complete (64 lanes: 17 -> 9 ns)."""
+    i32 = ir.IntType(32)
+    lanes_type = ir.VectorType(ir.FloatType(), width)
 
     def reduce(builder, vector):
-        i32 = ir.IntType(32)
         w = width
         while w > 1:
             h = w // 2
@@ -98,53 +103,74 @@ def _halving_sum_intrinsic(width: int, masked: bool):
             w = h
         return builder.extract_element(vector, ir.Constant(i32, 0))
 
-    def load(context, builder, signature, args):
-        buf = make_array(signature.args[0])(context, builder, args[0])
-        vector_type = ir.VectorType(ir.FloatType(), width)
-        return builder.load(builder.bitcast(buf.data, vector_type.as_pointer()), align=4)
+    def load(builder, buf, offset):
+        pointer = builder.gep(buf.data, [ir.Constant(ir.IntType(64), offset)])
+        return builder.load(builder.bitcast(pointer, lanes_type.as_pointer()), align=4)
+
+    def lanes_below(context, builder, value, value_type):
+        """The mask of lanes ``j < value``."""
+        n = context.cast(builder, value, value_type, types.int32)
+        first = builder.insert_element(ir.Constant(ir.VectorType(i32, width), ir.Undefined), n, ir.Constant(i32, 0))
+        n_all = builder.shuffle_vector(first, first, ir.Constant(ir.VectorType(i32, width), [0] * width))
+        return builder.icmp_signed("<", ir.Constant(ir.VectorType(i32, width), list(range(width))), n_all)
 
     def is_buffer(buf):
         return isinstance(buf, types.Array) and buf.dtype == types.float32 and buf.ndim == 1 and buf.layout == "C"
 
-    if masked:
-        @intrinsic
-        def halving_sum(typingctx, buf, count):
-            if not is_buffer(buf) or not isinstance(count, types.Integer):
-                return None
-
-            def codegen(context, builder, signature, args):
-                i32 = ir.IntType(32)
-                vector = load(context, builder, signature, args)
-                n = context.cast(builder, args[1], signature.args[1], types.int32)
-                first = builder.insert_element(ir.Constant(ir.VectorType(i32, width), ir.Undefined), n,
-                                               ir.Constant(i32, 0))
-                n_all = builder.shuffle_vector(first, first, ir.Constant(ir.VectorType(i32, width), [0] * width))
-                keep = builder.icmp_signed("<", ir.Constant(ir.VectorType(i32, width), list(range(width))), n_all)
-                vector = builder.select(keep, vector, ir.Constant(vector.type, [0.0] * width))
-                return reduce(builder, vector)
-
-            return types.float32(buf, count), codegen
-    else:
+    if mode == "plain":
         @intrinsic
         def halving_sum(typingctx, buf):
             if not is_buffer(buf):
                 return None
 
             def codegen(context, builder, signature, args):
-                return reduce(builder, load(context, builder, signature, args))
+                return reduce(builder, load(builder, make_array(signature.args[0])(context, builder, args[0]), 0))
 
             return types.float32(buf), codegen
+    else:
+        @intrinsic
+        def halving_sum(typingctx, buf, count):
+            if not is_buffer(buf) or not isinstance(count, types.Integer):
+                return None
+
+            def codegen(context, builder, signature, args):
+                array = make_array(signature.args[0])(context, builder, args[0])
+                vector = load(builder, array, 0)
+                keep = lanes_below(context, builder, args[1], signature.args[1])
+                if mode == "first":
+                    vector = builder.select(keep, vector, ir.Constant(lanes_type, [0.0] * width))
+                else:
+                    vector = builder.select(keep, builder.fadd(vector, load(builder, array, width)), vector)
+                return reduce(builder, vector)
+
+            return types.float32(buf, count), codegen
 
     return halving_sum
 
 
-_sum64 = _halving_sum_intrinsic(64, False)
-_sum64_first = _halving_sum_intrinsic(64, True)
-_sum128 = _halving_sum_intrinsic(128, False)
-_sum256 = _halving_sum_intrinsic(256, False)
-_sum512 = _halving_sum_intrinsic(512, False)
+_sum64 = _halving_sum_intrinsic(64, "plain")
+_sum64_first = _halving_sum_intrinsic(64, "first")
+_sum128 = _halving_sum_intrinsic(128, "plain")
+_sum256 = _halving_sum_intrinsic(256, "plain")
+_sum512 = _halving_sum_intrinsic(512, "plain")
+_sum64_tail = _halving_sum_intrinsic(64, "tail")
+_sum128_tail = _halving_sum_intrinsic(128, "tail")
 #: The widest halving summed in registers; wider buffers are first halved in memory, three levels a pass.
 REGISTER_WIDTH = 512
+#: The widest halving whose fold-halves tail step also runs in registers. Wider, the two halves
+#: no longer fit the 32 vector registers: paired against the memory tail step, lengths 100 and 196
+#: took 0.84 and 0.72 of the time, 448 (half 256) 1.07, 784 (half 512) 1.78.
+TAIL_REGISTER_WIDTH = 128
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def fold_capacity(length):
+    """Elements a ``fold_halves`` buffer of ``length`` should hold: ``2 * h`` for the ``h`` of that
+    length (at least 64), so the tail step's registers can load a whole upper half."""
+    half = LANES
+    while half * 2 < length:
+        half *= 2
+    return 2 * half if length > LANES else LANES
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -169,7 +195,8 @@ def fold_halves(buf, length, used):
     ``buf[0:length-h]``, then the upper half onto the lower half down to 64 elements, then the 64
     lanes fold pairwise (``fold``). Only ``buf[0:used]`` is read: the rest must be +0, which adds
     nothing (an accumulator that starts at +0 never holds -0, so skipping it changes no bit).
-    ``buf`` must hold at least ``max(used, 64)`` elements.
+    ``buf`` must hold at least ``max(used, 64)`` elements; one of ``fold_capacity(length)`` lets the
+    tail step of lengths up to 256 run in registers as well.
 
     Levels above ``REGISTER_WIDTH`` run three at a time over memory (one pass instead of three); the
     last ones, and the 64-lane fold, in registers. Paired with the level-by-level loops: the same bits.
@@ -186,6 +213,10 @@ def fold_halves(buf, length, used):
             return _sum64(buf)
         return _sum64_first(buf, used)
     extra = used - half
+    if half <= TAIL_REGISTER_WIDTH and buf.shape[0] >= 2 * half:  # the tail step in registers too
+        if half == LANES:
+            return _sum64_tail(buf, extra)
+        return _sum128_tail(buf, extra)
     lo = buf[0:extra]
     hi = buf[half:used]
     for i in range(extra):

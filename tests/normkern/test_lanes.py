@@ -11,7 +11,7 @@ import pytest
 from numba import njit
 
 from normkern import _simulate
-from normkern._lanes import accumulate, accumulate_sqdev, fold, fold_halves
+from normkern._lanes import accumulate, accumulate_sqdev, fold, fold_capacity, fold_halves
 
 
 @njit
@@ -89,16 +89,20 @@ def test_fold_halves_is_the_simulator_order(length):
     for used in sorted({length, length // 2, int(rng.integers(0, length + 1)), 0}):
         values = _fold_input(rng, length, used)
         expected = _simulate.fold_halves(values)
-        buf = np.full(max(length, 64), np.nan, np.float32)
-        buf[:used] = values[:used]
-        got = _fold_halves(buf, length, used)
-        assert np.float32(got).view(np.uint32) == np.float32(expected).view(np.uint32), (length, used)
+        # the smallest buffer (tail step over memory) and fold_capacity's (tail step in registers up to 256)
+        for size in (max(length, 64), fold_capacity(length)):
+            buf = np.full(size, np.nan, np.float32)
+            buf[:used] = values[:used]
+            got = _fold_halves(buf, length, used)
+            assert np.float32(got).view(np.uint32) == np.float32(expected).view(np.uint32), (length, used, size)
 
 
 def test_fold_halves_keeps_negative_zero_and_infinities():
     """With ``used == length`` every element is added, -0 included: -0 + -0 stays -0."""
-    for length in (64, 200, 512, 4097):
-        buf = np.full(length, -0.0, np.float32)
+    for length in (64, 100, 200, 512, 4097):
+        buf = np.full(fold_capacity(length), -0.0, np.float32)
+        assert np.float32(_fold_halves(buf.copy(), length, length)).view(np.uint32) == 0x80000000, length
+        buf[length:] = np.nan  # past the length: loaded by the register tail step, never added
         assert np.float32(_fold_halves(buf.copy(), length, length)).view(np.uint32) == 0x80000000, length
         buf[length // 3] = np.inf
         assert _fold_halves(buf.copy(), length, length) == np.inf

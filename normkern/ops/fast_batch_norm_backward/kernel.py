@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..._dtypes import from_f32, to_f32
-from ..._lanes import LANES, fold_halves
+from ..._lanes import fold_capacity, fold_halves
 from ..._views import row_view
 
 F32 = np.float32
@@ -205,8 +205,8 @@ def _dx_factors(sum_dy, grad_weight, scale, count):
 @njit(cache=True, error_model="numpy")
 def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
     """A core's single-core jobs: each channel reduced, finished and (training) its dx, while it is hot."""
-    acc_dy = np.empty(max(args.fold_len, LANES), F32)
-    acc_dyx = np.empty(max(args.fold_len, LANES), F32)
+    acc_dy = np.empty(fold_capacity(args.fold_len), F32)
+    acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
     fuse_dx = write_dx and not training
     geo = _geometry(args)
     for job in jobs:
@@ -227,8 +227,8 @@ def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, g
     """One cross-core channel group: every member core's partials into its workspace slot, then (the
     NPU's SyncAll) the slots added in core order, then each member's dx. Members are jobs
     ``lead .. lead + size - 1`` (one job a core in these phases, sorted by core)."""
-    acc_dy = np.empty(max(args.fold_len, LANES), F32)
-    acc_dyx = np.empty(max(args.fold_len, LANES), F32)
+    acc_dy = np.empty(fold_capacity(args.fold_len), F32)
+    acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
     geo = _geometry(args)
     size = args.job_group_size[lead]
     first_slot = args.job_group_first[lead]

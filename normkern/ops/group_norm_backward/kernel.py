@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..._dtypes import from_f32, to_f32
-from ..._lanes import LANES, fold_halves
+from ..._lanes import fold_capacity, fold_halves
 from ..._views import row_view
 
 F32 = np.float32
@@ -119,11 +119,11 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
     """
     c_g = args.c_g
     scale = F32(c_g * args.hxw)
-    width = max(args.chunk if args.mode == 3 else args.hxw, LANES)
+    width = fold_capacity(args.chunk if args.mode == 3 else args.hxw)
     for core in prange(args.core_start.shape[0]):
         buf_dy = np.empty(width, F32)
         buf_dg = np.empty(width, F32)
-        small = np.empty(max(c_g, LANES), F32)
+        small = np.empty(fold_capacity(c_g), F32)
         for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
             m, r = mean[t], rstd[t]
             neg_mr = (F32(-1.0) * m) * r
