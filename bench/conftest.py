@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 from numba import njit, prange
 
+from normkern import _cache
 from normkern._lanes import LANES, accumulate, fold
 
 RESULTS = Path(__file__).parent / "results"
@@ -164,6 +166,11 @@ def environment(stream) -> dict:
 
 def record(row: dict) -> None:
     ROWS.append(row)
+
+
+def pytest_collection_finish(session):
+    """The bench's own cached loops compile the lanes helpers in: key their caches by them too."""
+    _cache.key_by_helpers(module for name, module in list(sys.modules.items()) if name.startswith("bench."))
 
 
 def pytest_sessionfinish(session, exitstatus):

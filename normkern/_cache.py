@@ -1,0 +1,55 @@
+"""Numba's on-disk cache, keyed by the compiled helpers as well as by each kernel's own code.
+
+Numba files a cached kernel under its own source file and bytecode. The helpers every kernel
+compiles in (``_lanes``, ``_dtypes``, ``_views``) are not part of that key: after an edit to one
+of them (a ``git pull`` in an editable install), a kernel whose own file did not change would load
+its old machine code, with the old helper inside, and run it. ``key_by_helpers`` gives each cached
+kernel of normkern a cache whose key also holds a digest of the helpers' sources, so an edited
+helper means a cache miss and a fresh compile. Entries of other helper versions stay in the index
+and are simply not found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+from types import ModuleType
+
+from numba.core.caching import FunctionCache
+from numba.core.dispatcher import Dispatcher
+
+#: The modules compiled into every kernel (their functions are inlined or linked into the callers).
+HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py")
+
+
+def helpers_digest() -> str:
+    """SHA-256 of the helper modules' sources, in ``HELPER_MODULES`` order."""
+    digest = hashlib.sha256()
+    for name in HELPER_MODULES:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
+
+
+#: The digest the caches are keyed by (computed once, at import).
+DIGEST = helpers_digest()
+
+
+class HelperKeyedCache(FunctionCache):
+    """A ``FunctionCache`` whose index key ends with ``DIGEST``."""
+
+    def _index_key(self, sig, codegen):
+        return (*super()._index_key(sig, codegen), DIGEST)
+
+
+def key_by_helpers(modules: Iterable[ModuleType]) -> int:
+    """Give every caching dispatcher defined in ``modules`` a ``HelperKeyedCache``; returns how many
+    were changed. Call before the first compile (normkern does it at import)."""
+    changed = 0
+    for module in modules:
+        for value in list(vars(module).values()):
+            if isinstance(value, Dispatcher) and type(value._cache) is FunctionCache \
+                    and value.py_func.__module__ == module.__name__:
+                value._cache = HelperKeyedCache(value.py_func)
+                changed += 1
+    return changed

@@ -1,0 +1,54 @@
+"""The kernels' Numba cache is keyed by the compiled helpers: an edited helper is a cache miss."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from numba.core.dispatcher import Dispatcher
+
+import normkern
+from normkern import _cache
+
+_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from normkern import _cache
+    from normkern._lanes import fold_halves
+
+    if sys.argv[1] != "same":
+        _cache.DIGEST = sys.argv[1]  # as if a helper's source had changed
+    fold_halves(np.ones(100, np.float32), 100, 100)
+    print(json.dumps({"hits": sum(fold_halves.stats.cache_hits.values()),
+                      "misses": sum(fold_halves.stats.cache_misses.values())}))
+""")
+
+
+def test_every_kernel_cache_is_keyed_by_the_helpers():
+    keyed = 0
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("normkern"):
+            continue
+        for value in vars(module).values():
+            if isinstance(value, Dispatcher) and value.py_func.__module__ == name:
+                assert isinstance(value._cache, _cache.HelperKeyedCache), f"{name}.{value.__name__}"
+                keyed += 1
+    assert keyed >= 40  # every op's kernels and the helpers
+    assert normkern.ops.batch_norm_stats.kernel.split_c._cache.__class__ is _cache.HelperKeyedCache
+    assert _cache.DIGEST == _cache.helpers_digest()
+
+
+def test_an_edited_helper_misses_the_cache_and_recompiles(tmp_path):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+
+    def run(digest):
+        out = subprocess.run([sys.executable, "-c", _SCRIPT, digest], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    assert run("same") == {"hits": 0, "misses": 1}  # first compile, saved
+    assert run("same") == {"hits": 1, "misses": 0}  # loaded
+    assert run("edited") == {"hits": 0, "misses": 1}  # another helper version: compiled again
+    assert run("same") == {"hits": 1, "misses": 0}  # the first version's entry is still there
