@@ -52,11 +52,13 @@ def statistics(plan: FastBatchNormBackwardPlan, weight, running_mean, running_va
     Training: ``save_mean`` and ``save_invstd`` (the reciprocal standard deviation). Inference:
     ``running_mean`` and ``1/sqrt(running_var + eps)`` in float32, 0 where the root is 0 (as the
     A2 kernel's ``var == 0 ? 0 : 1 / var``). Missing tensors: means 0, variances 1, weight 1.
+    Always copies: the kernel writes grad_weight/grad_bias channel by channel while it still reads
+    these, and an output may be the very array given as ``weight`` (or a statistic).
     """
     c = plan.a
 
     def vec(value, fill):
-        return np.full(c, fill, F32) if value is None else np.ascontiguousarray(value, dtype=F32)
+        return np.full(c, fill, F32) if value is None else np.array(value, dtype=F32, order="C")
 
     w = vec(weight, 1.0)
     if plan.training:

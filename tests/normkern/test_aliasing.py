@@ -1,0 +1,68 @@
+"""Outputs given as the very arrays of inputs (in-place backward, grad_weight into weight) give the
+bits of separate outputs: nothing an op still reads is written first."""
+
+import numpy as np
+import pytest
+
+import normkern
+
+SHAPE = (4, 8, 5, 5)
+
+
+def _bits(results):
+    return [None if r is None else np.ascontiguousarray(r).view(np.uint8).copy() for r in results]
+
+
+def _fbnb_inputs(shape):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    c = shape[1]
+    weight = rng.uniform(0.5, 2, c).astype(np.float32)
+    mean = rng.standard_normal(c).astype(np.float32)
+    spread = rng.uniform(0.5, 2, c).astype(np.float32)
+    return dy, x, weight, mean, spread
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("target", ["grad_input=grad_out", "grad_input=input", "grad_weight=weight",
+                                    "grad_weight=mean", "grad_bias=invstd", "grad_bias=weight"])
+@pytest.mark.parametrize("soc, shape", [("Ascend910B2", SHAPE), ("host", SHAPE),
+                                        ("Ascend910B2", (32, 2, 56, 56))])  # full load; A2 cross-core groups
+def test_fast_batch_norm_backward_outputs_may_be_its_inputs(training, target, soc, shape):
+    dy, x, weight, mean, spread = _fbnb_inputs(shape)
+    expected = _bits(normkern.fast_batch_norm_backward(dy, x, weight, mean, spread, mean, spread, training, 1e-5,
+                                                       soc=soc))
+    dy, x, weight, mean, spread = (a.copy() for a in (dy, x, weight, mean, spread))
+    c = shape[1]
+    outs = {"grad_input": np.empty(shape, np.float32), "grad_weight": np.empty(c, np.float32),
+            "grad_bias": np.empty(c, np.float32)}
+    name, source = target.split("=")
+    outs[name] = {"grad_out": dy, "input": x, "weight": weight, "mean": mean, "invstd": spread}[source]
+    got = normkern.fast_batch_norm_backward(dy, x, weight, mean, spread, mean, spread, training, 1e-5, soc=soc,
+                                            out=(outs["grad_input"], outs["grad_weight"], outs["grad_bias"]))
+    assert all(np.array_equal(a, b) for a, b in zip(_bits(got), expected, strict=True)), target
+
+
+@pytest.mark.parametrize("target", ["grad_input=grad_out", "grad_input=input", "grad_gamma=gamma",
+                                    "grad_beta=gamma"])
+@pytest.mark.parametrize("strategy", [None, "atomic"])
+def test_group_norm_backward_outputs_may_be_its_inputs(target, strategy):
+    n, c, hw, g = SHAPE[0], SHAPE[1], SHAPE[2] * SHAPE[3], 2
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    dy = rng.standard_normal(SHAPE).astype(np.float32)
+    mean = rng.standard_normal(n * g).astype(np.float32)
+    rstd = rng.uniform(0.5, 2, n * g).astype(np.float32)
+    gamma = rng.uniform(0.5, 2, c).astype(np.float32)
+    seed = 3 if strategy else None
+    expected = _bits(normkern.group_norm_backward(dy, x, mean, rstd, gamma, n, c, hw, g, strategy=strategy,
+                                                  arrival_seed=seed))
+    dy, x, gamma = dy.copy(), x.copy(), gamma.copy()
+    outs = {"grad_input": np.empty(SHAPE, np.float32), "grad_gamma": np.empty(c, np.float32),
+            "grad_beta": np.empty(c, np.float32)}
+    name, source = target.split("=")
+    outs[name] = {"grad_out": dy, "input": x, "gamma": gamma}[source]
+    got = normkern.group_norm_backward(dy, x, mean, rstd, gamma, n, c, hw, g, strategy=strategy, arrival_seed=seed,
+                                       out=(outs["grad_input"], outs["grad_gamma"], outs["grad_beta"]))
+    assert all(np.array_equal(a, b) for a, b in zip(_bits(got), expected, strict=True)), target
