@@ -83,6 +83,37 @@ def check_channel_vector(op: str, name: str, value, channels: int, written: bool
         raise InvalidParameterError(op, name, "must be writeable", "a read-only array")
 
 
+def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    if not np.may_share_memory(a, b):  # disjoint bounds: the common case, and cheap
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=100_000))
+    except np.exceptions.TooHardError:  # too intricate to decide: take it as overlapping
+        return True
+
+
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
+            and a.strides == b.strides and a.dtype == b.dtype)
+
+
+def check_overlaps(op: str, outputs: tuple[tuple[str, object], ...], tensors: tuple[tuple[str, object], ...]) -> None:
+    """Outputs must not share memory with one another, and an output may share memory with one of the
+    input ``tensors`` only by being that very array (same memory, shape, strides and dtype): the
+    kernels read each element of an input before they write the same element of an output in place,
+    but a shifted or reshaped overlap would be overwritten before it is read. (The small per-channel
+    inputs are copied before the kernel runs, so they may overlap anything.)"""
+    live = [(name, a) for name, a in outputs if a is not None]
+    for i, (name, a) in enumerate(live):
+        for other, b in live[i + 1:]:
+            if _overlaps(a, b):
+                raise InvalidParameterError(op, name, f"must not share memory with {other}", "overlapping arrays")
+        for other, b in tensors:
+            if b is not None and _overlaps(a, b) and not _same_view(a, b):
+                raise InvalidParameterError(op, name, f"must be {other} itself (in place) or not share memory with "
+                                                      "it", "a partly overlapping array")
+
+
 def unpack_out(op: str, out, names: str) -> tuple:
     """``out=`` of the Pythonic layer: None (one None per name), or one preallocated array per name."""
     count = len(names.split(","))

@@ -66,3 +66,45 @@ def test_group_norm_backward_outputs_may_be_its_inputs(target, strategy):
     got = normkern.group_norm_backward(dy, x, mean, rstd, gamma, n, c, hw, g, strategy=strategy, arrival_seed=seed,
                                        out=(outs["grad_input"], outs["grad_gamma"], outs["grad_beta"]))
     assert all(np.array_equal(a, b) for a, b in zip(_bits(got), expected, strict=True)), target
+
+
+def _shifted_pair(shape):
+    """Two arrays of ``shape`` over one buffer, the second one element after the first."""
+    size = int(np.prod(shape))
+    buf = np.random.default_rng(2).standard_normal(size + 1).astype(np.float32)
+    return buf, buf[1:].reshape(shape), buf[:-1].reshape(shape)
+
+
+def test_a_partly_overlapping_output_is_refused_before_anything_is_written():
+    _, x, weight, mean, spread = _fbnb_inputs(SHAPE)
+    buf, dy, shifted = _shifted_pair(SHAPE)
+    before = buf.copy()
+    c = SHAPE[1]
+    with pytest.raises(normkern.InvalidParameterError) as info:
+        normkern.fast_batch_norm_backward(dy, x, weight, mean, spread, mean, spread, True, 1e-5,
+                                          out=(shifted, np.empty(c, np.float32), np.empty(c, np.float32)))
+    assert info.value.status == 161002 and "gradInput" in str(info.value) and "gradOut" in str(info.value)
+    np.testing.assert_array_equal(buf, before)
+    same = np.empty(c, np.float32)
+    with pytest.raises(normkern.InvalidParameterError, match="gradWeight must not share memory with gradBias"):
+        normkern.fast_batch_norm_backward(dy, x, weight, mean, spread, mean, spread, True, 1e-5,
+                                          out=(np.empty(SHAPE, np.float32), same, same))
+    status, _, _ = normkern.aclnn.aclnnFastBatchNormBackwardGetWorkspaceSize(
+        dy, x, weight, mean, spread, mean, spread, True, 1e-5, (True, True, True), 0, shifted,
+        np.empty(c, np.float32), np.empty(c, np.float32))
+    assert status == 161002
+
+
+def test_group_norm_refuses_a_partly_overlapping_output():
+    n, c, hw, g = SHAPE[0], SHAPE[1], SHAPE[2] * SHAPE[3], 2
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    buf, dy, shifted = _shifted_pair(SHAPE)
+    before = buf.copy()
+    mean = rng.standard_normal(n * g).astype(np.float32)
+    rstd = rng.uniform(0.5, 2, n * g).astype(np.float32)
+    with pytest.raises(normkern.InvalidParameterError) as info:
+        normkern.group_norm_backward(dy, x, mean, rstd, None, n, c, hw, g,
+                                     out=(shifted, np.empty(c, np.float32), np.empty(c, np.float32)))
+    assert info.value.status == 161002 and "gradInput" in str(info.value)
+    np.testing.assert_array_equal(buf, before)

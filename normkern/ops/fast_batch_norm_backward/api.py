@@ -15,6 +15,7 @@ from ..._checks import (
     check_int,
     check_not_null,
     check_output_mask,
+    check_overlaps,
     check_rank,
     check_real,
     check_supported,
@@ -146,6 +147,9 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
     eps = check_real(OP, "eps", eps)
     check_int(OP, "version", version, "must be an int (CANN ignores its value)")
+    check_overlaps(OP, tuple((name, out if m else None) for name, out, m
+                             in zip(OUTPUTS, (grad_input, grad_weight, grad_bias), mask, strict=True)),
+                   (("gradOut", dy), ("input", x)))
     try:
         plan = tiling.plan_fast_batch_norm_backward(x.shape, dtype_name(x.dtype), spec, forced,
                                                     training=bool(training), weight_dtype="float32")

@@ -17,6 +17,7 @@ from ..._checks import (
     check_int,
     check_not_null,
     check_output_mask,
+    check_overlaps,
     check_supported,
     parse_strategy,
     unpack_out,
@@ -131,6 +132,8 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
                 raise InvalidParameterError(OP, name, f"shape must be {shape}", out.shape)
             if not out.flags.writeable:
                 raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
+    check_overlaps(OP, tuple((name, out if m else None) for name, out, m in zip(OUTPUTS, outputs, mask, strict=True)),
+                   (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, S, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
@@ -168,8 +171,9 @@ def task_views(plan: GroupNormBackwardPlan, *tensors: np.ndarray) -> list[np.nda
 
 def task_statistics(plan: GroupNormBackwardPlan, mean, rstd, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """float32 mean and rstd per task (N*G,) and gamma (C,) (ones when None), widened exactly."""
-    gam = np.ones(plan.c, F32) if gamma is None else np.ascontiguousarray(gamma, dtype=F32).reshape(plan.c)
-    return (np.ascontiguousarray(mean, dtype=F32).reshape(-1), np.ascontiguousarray(rstd, dtype=F32).reshape(-1), gam)
+    gam = np.ones(plan.c, F32) if gamma is None else np.array(gamma, dtype=F32).reshape(plan.c)
+    # copies: an output may be one of these very arrays (see _checks.check_overlaps)
+    return np.array(mean, dtype=F32).reshape(-1), np.array(rstd, dtype=F32).reshape(-1), gam
 
 
 def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace, arrival_seed) -> None:
