@@ -108,3 +108,21 @@ def test_group_norm_refuses_a_partly_overlapping_output():
                                      out=(shifted, np.empty(c, np.float32), np.empty(c, np.float32)))
     assert info.value.status == 161002 and "gradInput" in str(info.value)
     np.testing.assert_array_equal(buf, before)
+
+
+def test_statistics_ops_refuse_outputs_in_their_inputs():
+    x = np.random.default_rng(3).standard_normal((4, 3, 5)).astype(np.float32)
+    view = x.reshape(-1)[:3]  # a (C,) output inside the input it reads
+    with pytest.raises(normkern.InvalidParameterError, match="mean must be input itself") as info:
+        normkern.batch_norm_stats(x, 1e-5, out=(view, np.empty(3, np.float32)))
+    assert info.value.status == 161002
+    mean = np.random.default_rng(4).standard_normal((2, 3)).astype(np.float32)
+    invstd = np.ones((2, 3), np.float32)
+    counts = np.array([5.0, 7.0], np.float32)
+    with pytest.raises(normkern.InvalidParameterError, match="meanAll must be mean itself"):
+        normkern.batch_norm_gather_stats_with_counts(x, mean, invstd, None, None, 0.1, 1e-5, counts,
+                                                     out=(mean[0], np.empty(3, np.float32)))
+    shared = np.zeros(3, np.float32)
+    with pytest.raises(normkern.InvalidParameterError, match="meanAll must not share memory with runningMean"):
+        normkern.batch_norm_gather_stats_with_counts(x, mean, invstd, shared, np.ones(3, np.float32), 0.1, 1e-5,
+                                                     counts, out=(shared, np.empty(3, np.float32)))

@@ -16,6 +16,7 @@ from ..._checks import (
     check_array,
     check_channel_vector,
     check_not_null,
+    check_overlaps,
     check_rank,
     check_real,
     check_supported,
@@ -118,6 +119,8 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         if not F32(eps) > F32(0.0):
             raise TilingError(OP, f"[{OP}] eps must be positive as a float32 (SyncBatchNormGatherStatsFused "
                               f"tiling), got {eps}")
+    check_overlaps(OP, (("meanAll", mean_all), ("invstdAll", invstd_all), ("runningMean", running_mean),
+                        ("runningVar", running_var)), (("mean", mean), ("invstd", invstd), ("counts", counts)))
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
     plan, geo_parallel, geo_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced)
     out_dtype = mean.dtype

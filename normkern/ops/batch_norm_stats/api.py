@@ -15,6 +15,7 @@ from ..._checks import (
     check_arrival_seed,
     check_channel_vector,
     check_not_null,
+    check_overlaps,
     check_rank,
     check_real,
     check_supported,
@@ -66,6 +67,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
         raise InvalidParameterError(OP, "input", "dim 1 (C) must be positive", f"shape {x.shape}")
     check_channel_vector(OP, "mean", mean, channels)
     check_channel_vector(OP, "invstd", invstd, channels)
+    check_overlaps(OP, (("mean", mean), ("invstd", invstd)), (("input", x),))
     check_real(OP, "eps", eps)
     forced = parse_strategy(OP, BatchNormStatsStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
