@@ -83,7 +83,8 @@ def check_channel_vector(op: str, name: str, value, channels: int, written: bool
         raise InvalidParameterError(op, name, "must be writeable", "a read-only array")
 
 
-def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+def shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays share a byte: bounds first (cheap), the exact answer only when they meet."""
     if not np.may_share_memory(a, b):  # disjoint bounds: the common case, and cheap
         return False
     try:
@@ -106,10 +107,10 @@ def check_overlaps(op: str, outputs: tuple[tuple[str, object], ...], tensors: tu
     live = [(name, a) for name, a in outputs if a is not None]
     for i, (name, a) in enumerate(live):
         for other, b in live[i + 1:]:
-            if _overlaps(a, b):
+            if shares_memory(a, b):
                 raise InvalidParameterError(op, name, f"must not share memory with {other}", "overlapping arrays")
         for other, b in tensors:
-            if b is not None and _overlaps(a, b) and not _same_view(a, b):
+            if b is not None and shares_memory(a, b) and not _same_view(a, b):
                 raise InvalidParameterError(op, name, f"must be {other} itself (in place) or not share memory with "
                                                       "it", "a partly overlapping array")
 

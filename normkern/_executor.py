@@ -9,6 +9,7 @@ import numpy as np
 
 import tiling
 
+from ._checks import shares_memory
 from .errors import NullPointerError, WorkspaceError
 
 #: The workspace of plans without a user part: nothing can be written to it, so one serves every call.
@@ -18,10 +19,13 @@ _NO_WORKSPACE = np.empty(0, np.float32)
 class Executor:
     """What ``aclnnXxxGetWorkspaceSize`` returns: the plan it will run and the bound arguments."""
 
-    def __init__(self, op: str, plan: tiling.Plan, run: Callable[[np.ndarray], Any]) -> None:
+    def __init__(self, op: str, plan: tiling.Plan, run: Callable[[np.ndarray], Any],
+                 tensors: tuple[tuple[str, Any], ...] = ()) -> None:
         self.op = op
         self.plan = plan
         self._run = run
+        #: The op's (name, array) inputs and outputs, which a caller's workspace must not overlap.
+        self.tensors = tensors
 
     @property
     def workspace_size(self) -> int:
@@ -61,6 +65,9 @@ def launch(op: str, workspace, workspace_size, executor: Executor | None) -> Non
     if (workspace.ctypes.data + start) % 4:
         raise WorkspaceError(op, "workspace", "must start at a 4-byte aligned address",
                              hex(workspace.ctypes.data))
+    for name, tensor in executor.tensors:
+        if isinstance(tensor, np.ndarray) and shares_memory(workspace, tensor):
+            raise WorkspaceError(op, "workspace", f"must not share memory with {name}", "an overlapping array")
     executor._run(workspace[start:start + layout.user_bytes].view(np.float32))
 
 

@@ -126,3 +126,21 @@ def test_statistics_ops_refuse_outputs_in_their_inputs():
     with pytest.raises(normkern.InvalidParameterError, match="meanAll must not share memory with runningMean"):
         normkern.batch_norm_gather_stats_with_counts(x, mean, invstd, shared, np.ones(3, np.float32), 0.1, 1e-5,
                                                      counts, out=(shared, np.empty(3, np.float32)))
+
+
+def test_a_workspace_over_an_op_tensor_is_refused_before_the_run():
+    x = np.random.default_rng(5).standard_normal((4, 3, 5)).astype(np.float32)
+    invstd = np.empty(3, np.float32)
+    status, size, executor = normkern.aclnn.aclnnBatchNormStatsGetWorkspaceSize(x, 1e-5, np.empty(3, np.float32),
+                                                                                invstd)
+    assert status == 0 and size > 0
+    arena = np.zeros(size + 12, np.uint8)
+    mean = arena[size - 4:size + 8].view(np.float32)  # its first element lies in the workspace's last bytes
+    status, _, executor = normkern.aclnn.aclnnBatchNormStatsGetWorkspaceSize(x, 1e-5, mean, invstd)
+    assert status == 0
+    assert normkern.aclnn.aclnnBatchNormStats(arena[:size], size, executor) == 161002
+    assert "must not share memory with mean" in normkern.aclnn.aclGetRecentErrMsg()
+    assert not arena.any()  # nothing written
+    apart = np.zeros(size, np.uint8)
+    assert normkern.aclnn.aclnnBatchNormStats(apart, size, executor) == 0
+    np.testing.assert_allclose(mean, x.mean(axis=(0, 2)), rtol=1e-5)

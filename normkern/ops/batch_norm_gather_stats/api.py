@@ -147,7 +147,9 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         write_back(((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)))
         return mean_out, invstd_out
 
-    return Executor(OP, plan, run)
+    return Executor(OP, plan, run, (("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts),
+                                    ("runningMean", running_mean), ("runningVar", running_var),
+                                    ("meanAll", mean_all), ("invstdAll", invstd_all)))
 
 
 def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts, *,

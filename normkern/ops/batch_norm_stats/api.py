@@ -99,7 +99,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
         write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 
-    return Executor(OP, plan, run)
+    return Executor(OP, plan, run, (("input", x), ("mean", mean), ("invstd", invstd)))
 
 
 def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, deterministic=None,

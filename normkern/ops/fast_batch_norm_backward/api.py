@@ -176,7 +176,9 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         write_back(((grad_weight if mask[1] else None, gw), (grad_bias if mask[2] else None, gb)))
         return tuple(r if m else None for r, m in zip(results, mask, strict=True))
 
-    return Executor(OP, plan, run)
+    return Executor(OP, plan, run, (("gradOut", dy), ("input", x), ("weight", weight), ("runningMean", running_mean),
+                                    ("runningVar", running_var), ("saveMean", save_mean), ("saveInvstd", save_invstd),
+                                    ("gradInput", grad_input), ("gradWeight", grad_weight), ("gradBias", grad_bias)))
 
 
 def _empty_executor(spec, x, weight, output_mask, outputs, outputs_required) -> Executor:

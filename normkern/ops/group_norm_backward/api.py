@@ -161,7 +161,8 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
                     out[...] = 0
         return tuple(o if m else None for o, m in zip((gi, gg, gb), mask, strict=True))
 
-    return Executor(OP, plan, run)
+    return Executor(OP, plan, run, (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd),
+                                    ("gamma", gamma), *zip(OUTPUTS, outputs, strict=True)))
 
 
 def task_views(plan: GroupNormBackwardPlan, *tensors: np.ndarray) -> list[np.ndarray]:
