@@ -9,7 +9,7 @@ import numpy as np
 
 import tiling
 
-from ._checks import shares_memory
+from ._checks import own_their_memory, shares_memory
 from .errors import NullPointerError, WorkspaceError
 
 #: The workspace of plans without a user part: nothing can be written to it, so one serves every call.
@@ -66,7 +66,8 @@ def launch(op: str, workspace, workspace_size, executor: Executor | None) -> Non
         raise WorkspaceError(op, "workspace", "must start at a 4-byte aligned address",
                              hex(workspace.ctypes.data))
     for name, tensor in executor.tensors:
-        if isinstance(tensor, np.ndarray) and shares_memory(workspace, tensor):
+        if isinstance(tensor, np.ndarray) and not own_their_memory([workspace, tensor]) \
+                and shares_memory(workspace, tensor):
             raise WorkspaceError(op, "workspace", f"must not share memory with {name}", "an overlapping array")
     executor._run(workspace[start:start + layout.user_bytes].view(np.float32))
 
