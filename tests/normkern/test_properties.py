@@ -55,3 +55,32 @@ def test_gather_stats_kernel_equals_simulator(d, c, soc, strategy, seed):
                                0.3, 1e-3)
     for got, want in zip((mean_all, invstd_all, rm, rv), expected, strict=True):
         assert np.array_equal(bits(got), bits(want))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 300), st.sampled_from(["float32", "float16", "bfloat16"]),
+       socs, st.booleans(), st.integers(0, 1000))
+def test_fast_batch_norm_backward_kernel_equals_simulator(n, c, hw, dtype, soc, training, seed):
+    from .test_fast_batch_norm_backward import run_both
+
+    try:
+        plan, _, got, expected = run_both((n, c, hw), dtype, soc, training, seed=seed)
+    except normkern.TilingError:
+        return
+    for name, a, b in zip(("grad_input", "grad_weight", "grad_bias"), got, expected, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 6), st.integers(1, 6), st.integers(1, 300),
+       st.sampled_from(["float32", "float16", "bfloat16"]), socs, st.sampled_from([None, "atomic"]),
+       st.integers(0, 1000))
+def test_group_norm_backward_kernel_equals_simulator(n, group, c_g, hxw, dtype, soc, strategy, seed):
+    from .test_group_norm_backward import run_both
+
+    try:
+        plan, _, got, expected = run_both(n, group * c_g, hxw, group, dtype, soc, strategy, seed=seed)
+    except normkern.TilingError:
+        return
+    for name, a, b in zip(("grad_input", "grad_gamma", "grad_beta"), got, expected, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
