@@ -164,13 +164,19 @@ TAIL_REGISTER_WIDTH = 128
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def fold_capacity(length):
-    """Elements a ``fold_halves`` buffer of ``length`` should hold: ``2 * h`` for the ``h`` of that
-    length (at least 64), so the tail step's registers can load a whole upper half."""
+def _first_half(length):
+    """The ``h`` of a fold-halves ReduceSum of ``length``: the largest ``64 * 2**k`` below it (64 at least)."""
     half = LANES
     while half * 2 < length:
         half *= 2
-    return 2 * half if length > LANES else LANES
+    return half
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def fold_capacity(length):
+    """Elements a ``fold_halves`` buffer of ``length`` should hold: ``2 * h`` for the ``h`` of that
+    length (at least 64), so the tail step's registers can load a whole upper half."""
+    return 2 * _first_half(length) if length > LANES else LANES
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -202,9 +208,7 @@ def fold_halves(buf, length, used):
     last ones, and the 64-lane fold, in registers. Paired with the level-by-level loops: the same bits.
     """
     _check_width(buf, max(used, LANES))
-    half = LANES
-    while half * 2 < length:
-        half *= 2
+    half = _first_half(length)
     if length > LANES:
         while half >= LANES and used <= half:  # nothing beyond ``half`` to add at this level
             half //= 2
