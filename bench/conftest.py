@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -170,7 +169,7 @@ def record(row: dict) -> None:
 
 def pytest_collection_finish(session):
     """The bench's own cached loops compile the lanes helpers in: key their caches by them too."""
-    _cache.key_by_helpers(module for name, module in list(sys.modules.items()) if name.startswith("bench."))
+    _cache.key_by_helpers("bench")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -5,8 +5,6 @@ every floating-point addition, so a deterministic plan gives the same bits on ev
 count, and an atomic plan can be replayed from its arrival order.
 """
 
-import sys as _sys
-
 from . import _cache, aclnn
 from ._config import get_default_soc, get_deterministic, set_default_soc, set_deterministic
 from .determinism import DeterminismReport, check_determinism
@@ -25,7 +23,7 @@ from .ops.fast_batch_norm_backward import fast_batch_norm_backward
 from .ops.group_norm_backward import group_norm_backward
 
 # Every kernel's cache is keyed by the compiled helpers too (see normkern/_cache.py); before any compile.
-_cache.key_by_helpers(module for name, module in list(_sys.modules.items()) if name.startswith("normkern."))
+_cache.key_by_helpers("normkern")
 
 __version__ = "0.1.0"
 

@@ -12,9 +12,8 @@ and are simply not found.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import sys
 from pathlib import Path
-from types import ModuleType
 
 from numba.core.caching import FunctionCache
 from numba.core.dispatcher import Dispatcher
@@ -42,11 +41,14 @@ class HelperKeyedCache(FunctionCache):
         return (*super()._index_key(sig, codegen), DIGEST)
 
 
-def key_by_helpers(modules: Iterable[ModuleType]) -> int:
-    """Give every caching dispatcher defined in ``modules`` a ``HelperKeyedCache``; returns how many
-    were changed. Call before the first compile (normkern does it at import)."""
+def key_by_helpers(package: str) -> int:
+    """Give every caching dispatcher defined in the loaded modules of ``package`` (``"normkern"``,
+    ``"bench"``) a ``HelperKeyedCache``; returns how many were changed. Call before the first compile
+    (normkern does it at import)."""
     changed = 0
-    for module in modules:
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(package + "."):
+            continue
         for value in list(vars(module).values()):
             if isinstance(value, Dispatcher) and type(value._cache) is FunctionCache \
                     and value.py_func.__module__ == module.__name__:
