@@ -24,6 +24,7 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
+from ..._threads import plan_spans
 from ...errors import DeterminismError, InvalidParameterError, TilingError
 from . import kernel
 
@@ -91,11 +92,12 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
         else:
             x3 = kernel_view(np.ascontiguousarray(x)).reshape(plan.n, plan.c, plan.hxw)
             args = plan.cached_kernel_args()
+            spans = plan_spans(plan, lambda: args.core_count)
             if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
-                kernel.split_c(x3, args, eps32, mean_out, invstd_out)
+                kernel.split_c(x3, args, spans, eps32, mean_out, invstd_out)
             else:
                 order = arrival_order(plan, arrival_seed)
-                kernel.split_r(x3, workspace, args, order, eps32, mean_out, invstd_out)
+                kernel.split_r(x3, workspace, args, spans, order, eps32, mean_out, invstd_out)
         write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 

@@ -7,8 +7,9 @@ Per channel ``c`` over the ``R = N*HxW`` elements (float32 throughout)::
 
 Each sum follows the plan's tree: 64 lanes per UB block (``_lanes``), block sums in block order,
 and for ``split_r``/``atomic`` per-core partials in the workspace, added in the given order
-(core order, or the arrival order of an atomic plan). ``prange`` runs over the plan's cores;
-each core writes only its own channels or its own workspace row.
+(core order, or the arrival order of an atomic plan). ``prange`` runs over the CPU threads, each
+thread over a run of the plan's cores (``_threads``); each core writes only its own channels or its
+own workspace row.
 """
 
 from __future__ import annotations
@@ -78,16 +79,18 @@ def _invstd(sqdev_sum, count, eps):
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def split_c(x, args, eps, mean_out, invstd_out):
-    """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k])."""
+def split_c(x, args, spans, eps, mean_out, invstd_out):
+    """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k]);
+    thread t runs cores [spans[t], spans[t + 1]) (``_threads``)."""
     count = np.float32(args.count)
-    for core in prange(args.core_start.shape[0]):
+    for t in prange(spans.shape[0] - 1):
         lanes = np.empty(LANES, np.float32)
-        for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            mean = _rows_sum(x, c, 0, args.rows_per_channel, args, lanes, np.float32(0.0), False) / count
-            sqdev = _rows_sum(x, c, 0, args.rows_per_channel, args, lanes, mean, True)
-            mean_out[c] = mean
-            invstd_out[c] = _invstd(sqdev, count, eps)
+        for core in range(spans[t], spans[t + 1]):
+            for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+                mean = _rows_sum(x, c, 0, args.rows_per_channel, args, lanes, np.float32(0.0), False) / count
+                sqdev = _rows_sum(x, c, 0, args.rows_per_channel, args, lanes, mean, True)
+                mean_out[c] = mean
+                invstd_out[c] = _invstd(sqdev, count, eps)
 
 
 @njit(cache=True, error_model="numpy")
@@ -101,24 +104,26 @@ def _add_partials(ws, offset, order, channels, totals):
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def split_r(x, ws, args, order, eps, mean_out, invstd_out):
-    """Rows over cores; ``order[p]`` is the order in which pass ``p`` adds the core partials."""
-    cores = args.core_start.shape[0]
+def split_r(x, ws, args, spans, order, eps, mean_out, invstd_out):
+    """Rows over cores; ``order[p]`` is the order in which pass ``p`` adds the core partials; thread
+    t runs cores [spans[t], spans[t + 1])."""
     channels = args.c
     count = np.float32(args.count)
-    for core in prange(cores):
+    for t in prange(spans.shape[0] - 1):
         lanes = np.empty(LANES, np.float32)
-        for c in range(channels):
-            ws[args.sum_offset + core * channels + c] = _rows_sum(
-                x, c, args.core_start[core], args.core_count[core], args, lanes, np.float32(0.0), False)
+        for core in range(spans[t], spans[t + 1]):
+            for c in range(channels):
+                ws[args.sum_offset + core * channels + c] = _rows_sum(
+                    x, c, args.core_start[core], args.core_count[core], args, lanes, np.float32(0.0), False)
     _add_partials(ws, args.sum_offset, order[0], channels, mean_out)
     for c in range(channels):
         mean_out[c] = mean_out[c] / count
-    for core in prange(cores):
+    for t in prange(spans.shape[0] - 1):
         lanes = np.empty(LANES, np.float32)
-        for c in range(channels):
-            ws[args.sqdev_offset + core * channels + c] = _rows_sum(
-                x, c, args.core_start[core], args.core_count[core], args, lanes, mean_out[c], True)
+        for core in range(spans[t], spans[t + 1]):
+            for c in range(channels):
+                ws[args.sqdev_offset + core * channels + c] = _rows_sum(
+                    x, c, args.core_start[core], args.core_count[core], args, lanes, mean_out[c], True)
     _add_partials(ws, args.sqdev_offset, order[1], channels, invstd_out)
     for c in range(channels):
         invstd_out[c] = _invstd(invstd_out[c], count, eps)

@@ -24,6 +24,7 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
+from ..._threads import plan_spans
 from ...errors import InvalidParameterError, TilingError
 from . import kernel
 
@@ -44,6 +45,17 @@ def _check_mask(output_mask) -> tuple[bool, bool, bool]:
 def _check_dtype(name: str, value) -> None:
     if dtype_name(check_array(OP, name, value).dtype) not in DTYPES:
         raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(DTYPES)}", dtype_name(value.dtype))
+
+
+def core_work(args) -> np.ndarray:
+    """(phases, cores): the (channel, block) pairs each core reduces in each phase."""
+    offsets = args.phase_core_jobs
+    pairs = args.job_channel_count * args.job_block_count
+    work = np.zeros((offsets.shape[0], offsets.shape[1] - 1), np.int64)
+    for phase, row in enumerate(offsets):
+        for core in range(row.shape[0] - 1):
+            work[phase, core] = pairs[row[core]:row[core + 1]].sum()
+    return work
 
 
 def statistics(plan: FastBatchNormBackwardPlan, weight, running_mean, running_var, save_mean, save_invstd,
@@ -165,8 +177,9 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), x.dtype)
         gw = f32_buffer(grad_weight, channels)
         gb = f32_buffer(grad_bias, channels)
-        kernel.backward(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, plan.cached_kernel_args(),
-                        mean, scale, w, plan.training, mask[0], gw, gb)
+        args = plan.cached_kernel_args()
+        kernel.backward(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args,
+                        plan_spans(plan, lambda: core_work(args)), mean, scale, w, plan.training, mask[0], gw, gb)
         if mask[0] and not direct:
             gi[...] = unfused_view(plan, dx3)
         results = [gi, grad_weight, grad_bias]

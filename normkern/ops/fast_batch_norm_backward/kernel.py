@@ -15,7 +15,8 @@ compute it. Both sums follow the plan: a core's UB passes are added elementwise 
 buffers of ``fold_len`` elements (plane ``j`` of a pass at offset ``j * b1_align``), which are then
 reduced by one fold-halves ReduceSum each. In a cross-core phase each core writes its two partials
 to its workspace slot; after the phase (the NPU's SyncAll) every core of a group adds the group's
-slots in core order, and computes dx for its own blocks. ``prange`` runs over the plan's cores.
+slots in core order, and computes dx for its own blocks. ``prange`` runs over the CPU threads,
+each over a run of the plan's cores (``_threads``), or over the channel groups.
 
 Rows are taken with ``row_view`` (no reference counting): on the 49-element rows of (8,512,7,7)
 Numba's slices cost more than the arithmetic, and the views made the kernel 0.72-0.82 of its time.
@@ -257,12 +258,14 @@ def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, g
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def backward(dy, x, dx, ws, args, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
     """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes.
 
     ``grad_weight`` / ``grad_bias`` are float32 (C,); ``write_dx`` False leaves ``dx`` untouched.
-    Single-core phases run core by core; a cross-core phase runs group by group (each group on one
-    thread: its members' partials, the combine, then their dx, while the channel is in cache). The
+    A single-core phase ``p`` runs thread by thread, thread ``t`` the jobs of cores
+    [spans[p, t], spans[p, t + 1]) in core order (``_threads``); a cross-core phase runs group by
+    group (each group on one thread: its members' partials, the combine, then their dx, while the
+    channel is in cache). The
     additions are the plan's either way: every member's partial is its own blocks in its own order,
     and the group's slots are added in core order.
     """
@@ -275,9 +278,10 @@ def backward(dy, x, dx, ws, args, mean, scale, weight, training, write_dx, grad_
         for job in range(begin, end):
             leads += args.job_group_size[job] > 1 and args.job_group_first[job] == args.job_core[job]
         if leads == 0:
-            for core in prange(cores):
-                _whole_jobs(dy, x, dx, args, range(offsets[core], offsets[core + 1]), mean, scale, weight, training,
-                            write_dx, grad_weight, grad_bias)
+            bounds = spans[phase]
+            for t in prange(bounds.shape[0] - 1):  # a thread's cores are adjacent, so are their jobs
+                _whole_jobs(dy, x, dx, args, range(offsets[bounds[t]], offsets[bounds[t + 1]]), mean, scale, weight,
+                            training, write_dx, grad_weight, grad_bias)
             continue
         lead_jobs = np.empty(leads, np.int64)
         k = 0

@@ -24,6 +24,7 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
+from ..._threads import plan_spans
 from ...errors import DeterminismError, InvalidParameterError, TilingError
 from . import kernel
 
@@ -184,7 +185,8 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
     dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), grad_out.dtype)
     m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
     partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
-    kernel.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, mask[0], partials)
+    spans = plan_spans(plan, lambda: args.core_count)
+    kernel.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, spans, mask[0], partials)
     if mask[0] and not direct:
         gi[...] = dx3.reshape(gi.shape)
     dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)

@@ -16,8 +16,9 @@ Kahan compensation, as ``CopyIn_x`` / ``Copyout_dgamma``). dx in the formula of 
 
 every operation rounded to float32 in that order. The task partials then reach grad_gamma /
 grad_beta through the plan's second stage (pairs of batches onto workspace rows, the rows folded in
-UB batches, halves or arrival order), see ``combine_*`` below. ``prange`` runs over the plan's cores
-(stage 1: tasks; stage 2: channel chunks).
+UB batches, halves or arrival order), see ``pair_rows``, ``stage2_rows`` and ``add_in_order``
+below. ``prange`` runs over the CPU threads in stage 1, each over a run of the plan's cores and
+their tasks (``_threads``), and over the stage-2 cores' channel chunks in stage 2.
 """
 
 from __future__ import annotations
@@ -110,37 +111,39 @@ def _dx_channel(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2):
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials):
+def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials):
     """Every task's (dgamma, dbeta) partials of its C_G channels into ``partials[t]``, and its dx.
 
     ``dy``, ``x``, ``dx`` are (N*G, C_G, HxW) views in kernel dtypes; ``mean``, ``rstd`` (N*G,) and
     ``gamma`` (C,) are float32. ``partials`` is (N*G, 2, C_G): what each core's UB holds before its
     atomic copy-out (a CPU has no atomic float add, so the adds are made afterwards, in order).
+    Thread ``i`` runs the tasks of cores [spans[i], spans[i + 1]) (``_threads``), core by core.
     """
     c_g = args.c_g
     scale = F32(c_g * args.hxw)
     width = fold_capacity(args.chunk if args.mode == 3 else args.hxw)
-    for core in prange(args.core_start.shape[0]):
+    for thread in prange(spans.shape[0] - 1):
         buf_dy = np.empty(width, F32)
         buf_dg = np.empty(width, F32)
         small = np.empty(fold_capacity(c_g), F32)
-        for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            m, r = mean[t], rstd[t]
-            neg_mr = (F32(-1.0) * m) * r
-            dgamma = partials[t, 0]
-            dbeta = partials[t, 1]
-            for j in range(c_g):
-                dbeta[j], dgamma[j] = _channel_sums(dy, x, (t * c_g + j) * args.hxw, args.hxw, r, neg_mr, args.mode,
-                                                    args.chunk, buf_dy, buf_dg)
-            if not write_dx:
-                continue
-            gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
-            c1 = _group_factor(gam, dbeta, c_g, scale, small)
-            c2 = _group_factor(gam, dgamma, c_g, scale, small)
-            for j in range(c_g):
-                aligned = (j * args.hxw) % args.align == 0
-                _dx_channel(dy, x, dx, (t * c_g + j) * args.hxw, args.hxw, args.mode, aligned, m, r, neg_mr, gam[j], c1,
-                            c2)
+        for core in range(spans[thread], spans[thread + 1]):
+            for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+                m, r = mean[t], rstd[t]
+                neg_mr = (F32(-1.0) * m) * r
+                dgamma = partials[t, 0]
+                dbeta = partials[t, 1]
+                for j in range(c_g):
+                    dbeta[j], dgamma[j] = _channel_sums(dy, x, (t * c_g + j) * args.hxw, args.hxw, r, neg_mr,
+                                                        args.mode, args.chunk, buf_dy, buf_dg)
+                if not write_dx:
+                    continue
+                gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
+                c1 = _group_factor(gam, dbeta, c_g, scale, small)
+                c2 = _group_factor(gam, dgamma, c_g, scale, small)
+                for j in range(c_g):
+                    aligned = (j * args.hxw) % args.align == 0
+                    _dx_channel(dy, x, dx, (t * c_g + j) * args.hxw, args.hxw, args.mode, aligned, m, r, neg_mr,
+                                gam[j], c1, c2)
 
 
 @njit(cache=True, error_model="numpy")
