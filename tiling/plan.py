@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -103,7 +103,7 @@ class Plan:
     def kernel_args(self):
         raise NotImplementedError
 
-    def memo(self, key: str, factory):
+    def memo(self, key: Hashable, factory):
         """``factory()`` computed once per plan object (plans are cached, so once per problem)."""
         cache = self.__dict__.setdefault("_memo", {})
         if key not in cache:

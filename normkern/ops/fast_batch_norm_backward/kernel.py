@@ -265,9 +265,8 @@ def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx
     A single-core phase ``p`` runs thread by thread, thread ``t`` the jobs of cores
     [spans[p, t], spans[p, t + 1]) in core order (``_threads``); a cross-core phase runs group by
     group (each group on one thread: its members' partials, the combine, then their dx, while the
-    channel is in cache). The
-    additions are the plan's either way: every member's partial is its own blocks in its own order,
-    and the group's slots are added in core order.
+    channel is in cache). The additions are the plan's either way: every member's partial is its
+    own blocks in its own order, and the group's slots are added in core order.
     """
     phases = args.phase_core_jobs.shape[0]
     cores = args.phase_core_jobs.shape[1] - 1
