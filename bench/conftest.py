@@ -76,15 +76,34 @@ def timing_columns(row: dict, times: dict, nbytes: int) -> None:
         row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
 
 
+def same_size_triad(nbytes: int):
+    """A triad moving ``nbytes`` (two float32 arrays of ``nbytes / 3`` read, one written): the op's
+    own traffic with the least arithmetic, in the same cache state as the op (small problems stay in
+    L3 between calls, as the op's tensors do)."""
+    n = max(nbytes // 12, 1)
+    b = np.random.default_rng(1).random(n, dtype=np.float32)
+    a, c = np.empty_like(b), b[::-1].copy()
+    return lambda: _stream_triad(a, b, c, np.float32(3.0))
+
+
 def time_against_triad(benchmark, stream, runs: dict, row: dict, nbytes: int, names) -> dict:
     """Time ``runs`` interleaved with the STREAM triad of the same rounds, then fill ``row``: the timing
     columns, ``stream_triad_GBps``, and for each of ``names`` its triad fraction (3-tensor-pass bytes
-    model) and its speed-up over ``torch`` where that ran. Returns the (median, iqr) times."""
+    model) and its speed-up over ``torch`` where that ran. Returns the (median, iqr) times.
+
+    A triad of the op's own bytes (``same_size_triad``) runs in the same rounds: ``torch`` time over
+    its time, ``torch_over_own_bytes_triad``, is the speed-up over PyTorch that a kernel moving only
+    the bytes model's bytes at triad speed would have; a target above it is beyond this machine."""
     runs["stream_triad"] = stream.triad
+    runs["own_bytes_triad"] = same_size_triad(nbytes)
     times = interleaved_medians(runs, rounds=11)
     benchmark.pedantic(runs[names[0]], rounds=5, warmup_rounds=1)
     triad = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
     row["stream_triad_GBps"] = round(triad, 1)
+    own = times.pop("own_bytes_triad")[0]
+    row["own_bytes_triad_ms"] = round(own * 1e3, 3)
+    if "torch" in times:
+        row["torch_over_own_bytes_triad"] = round(times["torch"][0] / own, 2)
     timing_columns(row, times, nbytes)
     for name in names:
         row[f"{name}_triad_fraction"] = round(nbytes / times[name][0] / 1e9 / triad, 2)
