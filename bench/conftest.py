@@ -76,29 +76,21 @@ def timing_columns(row: dict, times: dict, nbytes: int) -> None:
         row[f"{name}_GBps"] = round(nbytes / med / 1e9, 1)
 
 
-def same_size_triad(nbytes: int):
-    """A triad moving ``nbytes`` (two float32 arrays of ``nbytes / 3`` read, one written): the op's
-    own traffic with the least arithmetic, in the same cache state as the op (small problems stay in
-    L3 between calls, as the op's tensors do)."""
-    n = max(nbytes // 12, 1)
-    b = np.random.default_rng(1).random(n, dtype=np.float32)
-    a, c = np.empty_like(b), b[::-1].copy()
-    return lambda: _stream_triad(a, b, c, np.float32(3.0))
-
-
 def time_against_triad(benchmark, stream, runs: dict, row: dict, nbytes: int, names) -> dict:
     """Time ``runs`` interleaved with the STREAM triad of the same rounds, then fill ``row``: the timing
     columns, ``stream_triad_GBps``, and for each of ``names`` its triad fraction (3-tensor-pass bytes
     model) and its speed-up over ``torch`` where that ran. Returns the (median, iqr) times.
 
-    A triad of the op's own bytes (``same_size_triad``) runs in the same rounds: ``torch`` time over
-    its time, ``torch_over_own_bytes_triad``, is the speed-up over PyTorch that a kernel moving only
-    the bytes model's bytes at triad speed would have; a target above it is beyond this machine."""
+    A triad of the op's own bytes runs in the same rounds: ``torch`` time over its time,
+    ``torch_over_own_bytes_triad``, is the speed-up over PyTorch that a kernel moving only the bytes
+    model's bytes at triad speed would have; a target above it is beyond this machine."""
     runs["stream_triad"] = stream.triad
-    runs["own_bytes_triad"] = same_size_triad(nbytes)
+    # the op's own traffic with the least arithmetic, in the op's cache state (a problem that stays
+    # in L3 between calls is served from L3 here too): two arrays of a third of the bytes read, one written
+    runs["own_bytes_triad"] = Stream(stream.threads, nbytes // 3).triad
     times = interleaved_medians(runs, rounds=11)
     benchmark.pedantic(runs[names[0]], rounds=5, warmup_rounds=1)
-    triad = 3 * STREAM_BYTES / times.pop("stream_triad")[0] / 1e9
+    triad = 3 * stream.array_bytes / times.pop("stream_triad")[0] / 1e9
     row["stream_triad_GBps"] = round(triad, 1)
     own = times.pop("own_bytes_triad")[0]
     row["own_bytes_triad_ms"] = round(own * 1e3, 3)
@@ -135,10 +127,12 @@ def bench_threads():
 
 
 class Stream:
-    """STREAM-like read and triad over 256 MiB, callable next to the kernels being compared."""
+    """STREAM-like read and triad over arrays of ``array_bytes`` (256 MiB: DRAM), callable next to the
+    kernels being compared."""
 
-    def __init__(self, threads: int) -> None:
-        self.x = np.random.default_rng(0).random(STREAM_BYTES // 4, dtype=np.float32)
+    def __init__(self, threads: int, array_bytes: int = STREAM_BYTES) -> None:
+        self.threads, self.array_bytes = threads, array_bytes
+        self.x = np.random.default_rng(0).random(max(array_bytes // 4, threads), dtype=np.float32)
         self.out = np.empty(threads, np.float32)
         self.a, self.c = np.empty_like(self.x), self.x[::-1].copy()
 
@@ -151,7 +145,7 @@ class Stream:
     def measure(self) -> dict:
         read, _ = median_seconds(self.read)
         triad, _ = median_seconds(self.triad)
-        return {"read_GBps": STREAM_BYTES / read / 1e9, "triad_GBps": 3 * STREAM_BYTES / triad / 1e9}
+        return {"read_GBps": self.array_bytes / read / 1e9, "triad_GBps": 3 * self.array_bytes / triad / 1e9}
 
 
 @pytest.fixture(scope="session")
