@@ -18,7 +18,9 @@ every operation rounded to float32 in that order. The task partials then reach g
 grad_beta through the plan's second stage (pairs of batches onto workspace rows, the rows folded in
 UB batches, halves or arrival order), see ``pair_rows``, ``stage2_rows`` and ``add_in_order``
 below. ``prange`` runs over the CPU threads in stage 1, each over a run of the plan's cores and
-their tasks (``_threads``), and over the stage-2 cores' channel chunks in stage 2.
+their tasks (``_threads``). Stage 2 runs its cores' channel chunks one after another: it adds
+ceil(N/2) rows of C partials, about 1/HxW of stage 1's work, and as a parallel loop it cost a
+second of the first call's compile.
 """
 
 from __future__ import annotations
@@ -192,12 +194,12 @@ def pair_rows(partials, ws, args):
                         out[j] += second[j]
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def stage2_rows(ws, args, halves):
     """The workspace rows folded per channel chunk on the plan's stage-2 cores: ``halves`` (row_halves, 2, C)
     receives each half's (dgamma, dbeta) sums (fp32: two halves of the rows; fp16/bf16: one)."""
     cores = args.stage2_cores
-    for s in prange(args.row_halves * cores):
+    for s in range(args.row_halves * cores):
         half = s // cores
         chunk = s - half * cores
         c0 = chunk * args.cast_elems
@@ -209,7 +211,9 @@ def stage2_rows(ws, args, halves):
         for which, offset in ((0, args.dgamma_offset), (1, args.dbeta_offset)):
             _batch_fold(ws[offset:offset + args.ws_elems], first, rows, c0, count, args.c, args.batch_rows, acc,
                         scratch)
-            halves[half, which, c0:c0 + count] = acc[:count]
+            out = halves[half, which]
+            for i in range(count):  # (a slice assignment compiles a shape-mismatch error path: 2.5 s)
+                out[c0 + i] = acc[i]
 
 
 @njit(cache=True, error_model="numpy")
