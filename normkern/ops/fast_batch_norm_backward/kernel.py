@@ -285,7 +285,7 @@ def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx
                 k += 1
         # One parallel loop for both kinds of phase, its bodies inlined: each separately compiled level
         # (a function of its own, a second parfor) compiled and emitted the reduction's code again, and
-        # the first call's compile took 13.6-13.9 s instead of 9.6-10.6 (float32, empty cache).
+        # the first call's compile took 12.7-12.8 s instead of 9.3-9.6 (float32, empty cache).
         items = bounds.shape[0] - 1 if leads == 0 else leads
         for t in prange(items):
             if leads == 0:  # a thread's cores are adjacent, so are their jobs

@@ -199,6 +199,8 @@ def stage2_rows(ws, args, halves):
     """The workspace rows folded per channel chunk on the plan's stage-2 cores: ``halves`` (row_halves, 2, C)
     receives each half's (dgamma, dbeta) sums (fp32: two halves of the rows; fp16/bf16: one)."""
     cores = args.stage2_cores
+    acc = np.empty(args.cast_elems, F32)  # the UB of each core in turn (every read is written first)
+    scratch = np.empty((args.batch_rows, args.cast_elems), F32)
     for s in range(args.row_halves * cores):
         half = s // cores
         chunk = s - half * cores
@@ -206,8 +208,6 @@ def stage2_rows(ws, args, halves):
         count = min(args.cast_elems, args.c - c0)
         first = 0 if half == 0 else args.first_half_rows
         rows = args.first_half_rows if half == 0 else args.pair_rows - args.first_half_rows
-        acc = np.empty(args.cast_elems, F32)
-        scratch = np.empty((args.batch_rows, args.cast_elems), F32)
         for which, offset in ((0, args.dgamma_offset), (1, args.dbeta_offset)):
             _batch_fold(ws[offset:offset + args.ws_elems], first, rows, c0, count, args.c, args.batch_rows, acc,
                         scratch)
