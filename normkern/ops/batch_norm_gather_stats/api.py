@@ -23,7 +23,7 @@ from ..._checks import (
     parse_strategy,
     unpack_out,
 )
-from ..._dtypes import DTYPE_BY_NAME, dtype_name
+from ..._dtypes import dtype_name
 from ..._executor import Executor
 from ...errors import InvalidParameterError, TilingError
 from . import kernel
@@ -39,8 +39,9 @@ _NO_RUNNING = np.empty(0, F32)
 
 @functools.cache
 def _allowed_dtypes(names: tuple[str, ...]) -> tuple[np.dtype, ...]:
-    # A tuple: ``in`` finds numpy's dtype singletons by identity, faster than hashing them.
-    return tuple(np.dtype(DTYPE_BY_NAME[name]) for name in names)
+    # A tuple: ``in`` finds numpy's dtype singletons by identity, faster than hashing them. The fast
+    # path only: bfloat16, which is not imported with normkern, passes by its name below.
+    return tuple(np.dtype(name) for name in names if name in ("float32", "float16"))
 
 
 #: Plans by (D, C, dtype, id(spec), strategy), beside the spec they were made for: the planner's own
