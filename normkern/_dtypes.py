@@ -41,8 +41,8 @@ def dtype_name(dtype) -> str:
     name = _NAMES.get(dtype)
     if name is None:
         name = np.dtype(dtype).name
-        if name == "bfloat16" and np.dtype(dtype) == bfloat16():  # now registered
-            return _NAMES[np.dtype(dtype)]
+        if name == "bfloat16":
+            bfloat16()  # registered for the look-ups that follow
     return name
 
 
