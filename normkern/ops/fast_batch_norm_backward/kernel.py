@@ -257,6 +257,12 @@ def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, g
                     scale[c], weight[c])
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _is_lead(args, job):
+    """Whether ``job`` leads a cross-core group (the group's first core)."""
+    return args.job_group_size[job] > 1 and args.job_group_first[job] == args.job_core[job]
+
+
 @njit(parallel=True, cache=True, error_model="numpy")
 def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
     """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes.
@@ -275,12 +281,12 @@ def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx
         begin, end = offsets[0], offsets[cores]
         leads = 0
         for job in range(begin, end):
-            leads += args.job_group_size[job] > 1 and args.job_group_first[job] == args.job_core[job]
+            leads += _is_lead(args, job)
         bounds = spans[phase]
         lead_jobs = np.empty(leads, np.int64)
         k = 0
         for job in range(begin, end):
-            if args.job_group_size[job] > 1 and args.job_group_first[job] == args.job_core[job]:
+            if _is_lead(args, job):
                 lead_jobs[k] = job
                 k += 1
         # One parallel loop for both kinds of phase, its bodies inlined: each separately compiled level
