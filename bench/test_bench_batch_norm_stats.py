@@ -28,6 +28,8 @@ SHAPES = [(32, 64, 56, 56), (256, 256, 14, 14), (64, 128, 56, 56)]
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 #: The default A2 plan; A2 has no bf16 BatchNormStats, so bf16 uses the Ascend950 plan.
 ASCEND = {"float32": "Ascend910B2", "float16": "Ascend910B2", "bfloat16": "Ascend950"}
+#: The shape of the 80% target, whose row also times the bare channel walk (``_read_channels``).
+WALK_SHAPE = (64, 128, 56, 56)
 
 
 def _peers(x):
@@ -64,6 +66,10 @@ def test_batch_norm_stats(benchmark, environment, stream, shape, dtype):
         runs[f"nk_{soc}"] = lambda soc=soc: normkern.batch_norm_stats(x, 1e-5, soc=soc, out=out)
         row[f"plan_{soc}"] = str(plan)
     runs.update(_peers(x))
+    if shape == WALK_SHAPE and dtype == "float32":  # the walk alone, in the same rounds as the kernels
+        walk_out = np.empty(stream.threads, np.float32)
+        for passes in (1, 2):
+            runs[f"walk_{passes}x"] = lambda passes=passes: _read_channels(x, passes, walk_out)
     runs["stream_read"] = stream.read  # same rounds as the kernels: the machine's bandwidth drifts
     times = interleaved_medians(runs)
     benchmark.pedantic(runs[f"nk_{ASCEND[dtype]}"], rounds=10, warmup_rounds=1)
@@ -76,6 +82,9 @@ def test_batch_norm_stats(benchmark, environment, stream, shape, dtype):
         if "torch" in times:
             row[f"nk_{soc}_vs_torch"] = round(times["torch"][0] / nk, 2)
         row[f"nk_{soc}_vs_numpy"] = round(times["numpy"][0] / nk, 2)
+    for passes in (1, 2):
+        if f"walk_{passes}x" in times:
+            row[f"walk_{passes}x_read_fraction"] = round(nbytes / times[f"walk_{passes}x"][0] / 1e9 / read_GBps, 2)
     benchmark.extra_info.update(row)
     record(row)
 
@@ -111,6 +120,26 @@ def test_two_pass_ceiling(environment, stream):
     for name, (med, _) in times.items():
         row[f"{name}_read_fraction"] = round(read / med, 2)
     record(row)
+
+
+@njit(parallel=True, cache=True)
+def _read_channels(x, passes, out):
+    """Thread ``p`` reads the channels of its share of axis 1 one after another, each channel's N plane
+    rows ``passes`` times in a row: the walk of a channel-major two-pass over an (N, C, *spatial)
+    tensor (a row of HxW elements at a stride of C*HxW) without the arithmetic. At 64x128x56x56 a
+    channel is 64 rows of 12.5 KiB, 1.6 MiB apart, and each row starts a fresh hardware stream. Its
+    read fraction, with no arithmetic at all, is what a channel-major two-pass kernel can hope for
+    (``passes=1``: what any channel-major walk can)."""
+    parts = out.shape[0]
+    rows = x.reshape(x.shape[0], x.shape[1], -1)
+    channels = rows.shape[1]
+    for p in prange(parts):
+        lanes = np.zeros(LANES, np.float32)
+        for c in range(channels * p // parts, channels * (p + 1) // parts):
+            for _ in range(passes):
+                for n in range(rows.shape[0]):
+                    accumulate(lanes, rows[n, c])
+        out[p] = fold(lanes)
 
 
 _STARTUP = """
