@@ -7,6 +7,7 @@ import pytest
 
 import normkern
 import tiling
+from normkern.ops.group_norm_backward import api as gn_api
 from normkern.ops.group_norm_backward import (
     arrival_order,
     group_norm_backward_reference,
@@ -97,6 +98,17 @@ def test_kernel_equals_simulator(n, c, hxw, group, why, dtype, strategy):
 def test_kernel_equals_simulator_on_spread_magnitudes(n, c, hxw, group, why, dtype, strategy):
     """The same cases on data where a reduction tree of another shape shows in the bits."""
     plan, _, got, expected = run_both(n, c, hxw, group, dtype, SMALL, strategy, seed=n + c + hxw, spread=True)
+    for name, a, b in zip(("grad_input", "grad_gamma", "grad_beta"), got, expected, strict=True):
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("n, c, hxw, group, why", CASES, ids=[case[-1] for case in CASES])
+def test_prefetching_fill_gives_the_simulators_bits(n, c, hxw, group, why, dtype, monkeypatch):
+    """Stage 1's fill in prefetching pieces (taken above ``PREFETCH_MIN_BYTES``, here always; rows of
+    300 and more elements span several 512-byte pieces; the last ones' prefetches stop at the data's end)."""
+    monkeypatch.setattr(gn_api, "PREFETCH_MIN_BYTES", -1)
+    plan, _, got, expected = run_both(n, c, hxw, group, dtype, SMALL, seed=n + c + hxw, spread=True)
     for name, a, b in zip(("grad_input", "grad_gamma", "grad_beta"), got, expected, strict=True):
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
 
