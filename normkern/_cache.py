@@ -1,7 +1,7 @@
 """Numba's on-disk cache, keyed by the compiled helpers as well as by each kernel's own code.
 
 Numba files a cached kernel under its own source file and bytecode. The helpers every kernel
-compiles in (``_lanes``, ``_dtypes``, ``_views``) are not part of that key: after an edit to one
+compiles in (``_lanes``, ``_dtypes``, ``_views``, ``_streaming``) are not part of that key: after an edit to one
 of them (a ``git pull`` in an editable install), a kernel whose own file did not change would load
 its old machine code, with the old helper inside, and run it. ``key_by_helpers`` gives each cached
 kernel of normkern a cache whose key also holds a digest of the helpers' sources, so an edited
@@ -19,7 +19,7 @@ from numba.core.caching import FunctionCache
 from numba.core.dispatcher import Dispatcher
 
 #: The modules compiled into every kernel (their functions are inlined or linked into the callers).
-HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py")
+HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py", "_streaming.py")
 
 
 def helpers_digest() -> str:

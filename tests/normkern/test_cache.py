@@ -2,9 +2,11 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from numba.core.dispatcher import Dispatcher
 
@@ -37,6 +39,18 @@ def test_every_kernel_cache_is_keyed_by_the_helpers():
     assert keyed >= 40  # every op's kernels and the helpers
     assert normkern.ops.batch_norm_stats.kernel.split_c._cache.__class__ is _cache.HelperKeyedCache
     assert _cache.DIGEST == _cache.helpers_digest()
+
+
+def test_every_helper_a_kernel_compiles_in_is_in_the_key():
+    """A helper module imported by a kernel module (``from ..._x import``) is part of the digest."""
+    root = Path(normkern.__file__).parent
+    imported = set()
+    for kernel in root.glob("ops/*/kernel.py"):
+        imported |= set(re.findall(r"^from \.\.\.(_\w+) import", kernel.read_text(), re.MULTILINE))
+    for helper in ("_lanes.py", "_views.py"):
+        imported |= set(re.findall(r"^from \.(_\w+) import", (root / helper).read_text(), re.MULTILINE))
+    assert "_streaming" in imported and "_lanes" in imported
+    assert {name + ".py" for name in imported} <= set(_cache.HELPER_MODULES)
 
 
 def test_an_edited_helper_misses_the_cache_and_recompiles(tmp_path):

@@ -113,6 +113,26 @@ def test_prefetching_fill_gives_the_simulators_bits(n, c, hxw, group, why, dtype
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
 
 
+@pytest.mark.parametrize("offset", [0, 1, 5], ids=["own", "out+4B", "out+20B"])
+@pytest.mark.parametrize("n, c, hxw, group, why", CASES, ids=[case[-1] for case in CASES])
+def test_streamed_grad_input_gives_the_simulators_bits(n, c, hxw, group, why, offset, monkeypatch):
+    """float32 dx written by streaming stores (taken from ``STREAM_MIN_BYTES``, here always): rows that
+    start and end mid-line, pieces of 256 elements and their tails, and a grad_input that starts
+    ``offset`` elements into its buffer, so that every row's first line boundary moves."""
+    monkeypatch.setattr(gn_api, "STREAM_MIN_BYTES", 0)
+    dy, x, mean, rstd, gamma = make_problem(n, c, hxw, group, "float32", seed=n + c + hxw, spread=True)
+    buffer = np.full(dy.size + offset + 16, np.nan, np.float32)
+    gi = buffer[offset:offset + dy.size].reshape(dy.shape)
+    out = (gi, np.empty(c, np.float32), np.empty(c, np.float32))
+    normkern.group_norm_backward(dy, x, mean, rstd, gamma, n, c, hxw, group, soc=SMALL, out=out)
+    plan = tiling.plan_group_norm_backward(n, c, hxw, group, "float32", SMALL)
+    dy3, x3 = task_views(plan, dy, x)
+    sim = simulate(plan, dy3, x3, *task_statistics(plan, mean, rstd, gamma), arrival_order(plan, 0))
+    assert np.array_equal(bits(gi), bits(sim[0].reshape(dy.shape))), str(plan)
+    assert np.isnan(buffer[:offset]).all() and np.isnan(buffer[offset + dy.size:]).all()  # nothing written outside
+    assert np.array_equal(bits(out[1]), bits(sim[1])) and np.array_equal(bits(out[2]), bits(sim[2]))
+
+
 def test_the_small_soc_reaches_every_mode():
     modes = {tiling.plan_group_norm_backward(n, c, hxw, g, dtype, SMALL).mode
              for n, c, hxw, g, _ in CASES for dtype in ("float32", "float16")}

@@ -26,10 +26,12 @@ second of the first call's compile.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from ..._dtypes import from_f32, to_f32
 from ..._lanes import fold_capacity, fold_halves, prefetch_l2_piece
+from ..._streaming import LINE_BYTES, elements_to_line, store_fence, stream_line
 from ..._views import row_view
 
 F32 = np.float32
@@ -50,6 +52,8 @@ def _fill(buf_dy, buf_dg, dy_row, x_row, r, neg_mr):
 #: alike; 2-4 KiB pieces, or prefetching into L1, gained less or nothing).
 _PIECE_BYTES = 512
 _AHEAD_BYTES = 8192
+#: Bytes of dx computed into the L1 scratch between two runs of streaming stores (``_dx_streamed``).
+_STREAM_PIECE_BYTES = 1024
 
 
 @njit(cache=True, error_model="numpy")
@@ -124,10 +128,8 @@ def _group_factor(gamma, sums, count, scale, small):
 
 
 @njit(cache=True, error_model="numpy")
-def _dx_channel(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2):
-    dy_row = row_view(dy, row, n)
-    x_row = row_view(x, row, n)
-    dx_row = row_view(dx, row, n)
+def _dx_rows(dy_row, x_row, dx_row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2):
+    """dx of ``n`` elements of one channel, in the formula of the plan's mode (module docstring)."""
     like = dx_row[0]
     if mode == 0 and aligned:
         a, b, gr = r * c2, r * c1, r * gamma
@@ -149,15 +151,68 @@ def _dx_channel(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2):
             dx_row[i] = from_f32((to_f32(dy_row[i]) * gamma - (to_f32(x_row[i]) * a + b)) * r, like)
 
 
+@njit(cache=True, error_model="numpy")
+def _dx_channel(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2):
+    """dx of the channel at flat offset ``row``, stored plainly."""
+    _dx_rows(row_view(dy, row, n), row_view(x, row, n), row_view(dx, row, n), n, mode, aligned, m, r, neg_mr, gamma,
+             c1, c2)
+
+
+def _dx_streamed(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, scratch):
+    """``_dx_channel`` with the whole cache lines of dx written by streaming stores (compiled code only)."""
+    raise NotImplementedError("_dx_streamed is only available inside @njit code")
+
+
+def _dx_streamed_float32(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, scratch):
+    """``_dx_channel`` with the whole cache lines of dx written by streaming stores (``_streaming``):
+    pieces of ``scratch.size`` elements computed into the L1 scratch, each of their lines streamed out;
+    the elements before the row's first line boundary and after its last one stored plainly."""
+    line = LINE_BYTES // dx.itemsize
+    head = min(n, elements_to_line(dx, row))
+    lines_end = row + head + (n - head) // line * line
+    for lo, stop in ((row, row + head), (lines_end, row + n)):
+        if stop > lo:
+            _dx_rows(row_view(dy, lo, stop - lo), row_view(x, lo, stop - lo), row_view(dx, lo, stop - lo), stop - lo,
+                     mode, aligned, m, r, neg_mr, gamma, c1, c2)
+    for lo in range(row + head, lines_end, scratch.size):
+        length = min(scratch.size, lines_end - lo)
+        _dx_rows(row_view(dy, lo, length), row_view(x, lo, length), scratch, length, mode, aligned, m, r, neg_mr, gamma,
+                 c1, c2)
+        for k in range(0, length, line):
+            stream_line(dx, lo + k, scratch, k)
+
+
+@overload(_dx_streamed, jit_options={"error_model": "numpy"})
+def _dx_streamed_overload(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, scratch):
+    """Streamed in float32 only, where the API asks for it (``api.STREAM_MIN_BYTES``); other dtypes get
+    the plain ``_dx_channel``, so their specializations compile no second dx loop (about 1 s each)."""
+    if dx.dtype == types.float32:
+        return _dx_streamed_float32
+    return lambda dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, scratch: _dx_channel(
+        dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2)
+
+
+@njit(cache=True, error_model="numpy")
+def _dx_task(dy, x, dx, first, c_g, hxw, mode, align, m, r, neg_mr, gamma, c1, c2, scratch, stream):
+    """dx of a task's ``c_g`` channels (flat channel index ``first`` on), streamed if ``stream``."""
+    for j in range(c_g):
+        aligned = (j * hxw) % align == 0
+        if stream:
+            _dx_streamed(dy, x, dx, (first + j) * hxw, hxw, mode, aligned, m, r, neg_mr, gamma[j], c1, c2, scratch)
+        else:
+            _dx_channel(dy, x, dx, (first + j) * hxw, hxw, mode, aligned, m, r, neg_mr, gamma[j], c1, c2)
+
+
 @njit(parallel=True, cache=True, error_model="numpy")
-def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials, ahead):
+def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials, ahead, stream):
     """Every task's (dgamma, dbeta) partials of its C_G channels into ``partials[t]``, and its dx.
 
     ``dy``, ``x``, ``dx`` are (N*G, C_G, HxW) views in kernel dtypes; ``mean``, ``rstd`` (N*G,) and
     ``gamma`` (C,) are float32. ``partials`` is (N*G, 2, C_G): what each core's UB holds before its
     atomic copy-out (a CPU has no atomic float add, so the adds are made afterwards, in order).
     Thread ``i`` runs the tasks of cores [spans[i], spans[i + 1]) (``_threads``), core by core.
-    ``ahead`` prefetches while filling (``_fill_ahead``): a hint, the same bits either way.
+    ``ahead`` prefetches while filling (``_fill_ahead``) and ``stream`` writes dx with streaming stores
+    (``_dx_streamed``): hints, the same bits either way.
     """
     c_g = args.c_g
     scale = F32(c_g * args.hxw)
@@ -166,6 +221,7 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials, ahead)
         buf_dy = np.empty(width, F32)
         buf_dg = np.empty(width, F32)
         small = np.empty(fold_capacity(c_g), F32)
+        scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize, dx.dtype)
         for core in range(spans[thread], spans[thread + 1]):
             for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
                 m, r = mean[t], rstd[t]
@@ -180,10 +236,10 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials, ahead)
                 gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
                 c1 = _group_factor(gam, dbeta, c_g, scale, small)
                 c2 = _group_factor(gam, dgamma, c_g, scale, small)
-                for j in range(c_g):
-                    aligned = (j * args.hxw) % args.align == 0
-                    _dx_channel(dy, x, dx, (t * c_g + j) * args.hxw, args.hxw, args.mode, aligned, m, r, neg_mr,
-                                gam[j], c1, c2)
+                _dx_task(dy, x, dx, t * c_g, c_g, args.hxw, args.mode, args.align, m, r, neg_mr, gam, c1, c2, scratch,
+                         stream)
+        if stream:
+            store_fence()
 
 
 @njit(cache=True, error_model="numpy")
