@@ -240,8 +240,8 @@ def fold_halves(buf, length, used):
     return _sum512(buf)
 
 
-#: Bytes per cache line: the prefetch step.
-_LINE_BYTES = 64
+#: Bytes per cache line: the prefetch step (and what ``_streaming.stream_line`` writes).
+LINE_BYTES = 64
 #: Bytes of a row summed between two rounds of prefetches of the row after it.
 _PIECE_BYTES = 4096
 
@@ -283,7 +283,7 @@ def prefetch_row(row):
 
     The hardware prefetchers follow long rows on their own; rows of a few hundred elements, one per
     plane at a stride of C*HxW, each start cold, and there the hint measured 25-30% faster."""
-    for i in range(0, row.shape[0], _LINE_BYTES // row.itemsize):
+    for i in range(0, row.shape[0], LINE_BYTES // row.itemsize):
         _prefetch_read(row, i)
 
 
@@ -309,5 +309,5 @@ def accumulate_prefetching(lanes, row, following):
 @njit(cache=True, inline="always", error_model="numpy")
 def prefetch_l2_piece(row, start, stop):
     """Ask for the cache lines of ``row[start:stop]`` (clipped to the row) into L2."""
-    for i in range(start, min(stop, row.shape[0]), _LINE_BYTES // row.itemsize):
+    for i in range(start, min(stop, row.shape[0]), LINE_BYTES // row.itemsize):
         _prefetch_l2(row, i)

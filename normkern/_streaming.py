@@ -19,10 +19,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
+from ._lanes import LINE_BYTES
 from ._views import _CHECKED
-
-#: Bytes of a cache line: what one ``stream_line`` writes.
-LINE_BYTES = 64
 
 
 def _is_flat(arr) -> bool:

@@ -47,7 +47,7 @@ def test_every_helper_a_kernel_compiles_in_is_in_the_key():
     imported = set()
     for kernel in root.glob("ops/*/kernel.py"):
         imported |= set(re.findall(r"^from \.\.\.(_\w+) import", kernel.read_text(), re.MULTILINE))
-    for helper in ("_lanes.py", "_views.py"):
+    for helper in _cache.HELPER_MODULES:
         imported |= set(re.findall(r"^from \.(_\w+) import", (root / helper).read_text(), re.MULTILINE))
     assert "_streaming" in imported and "_lanes" in imported
     assert {name + ".py" for name in imported} <= set(_cache.HELPER_MODULES)
