@@ -104,3 +104,22 @@ def stream_line(dst, index, src, start):
 def store_fence():
     """Order this thread's streamed lines before its later stores (``sfence``; elsewhere a full fence)."""
     _fence()
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def line_span(arr, start, n):
+    """(lines_start, lines_end): the whole cache lines inside ``arr[start:start + n]`` of the flat
+    ``arr``, as element indices; ``[start, lines_start)`` and ``[lines_end, start + n)`` are the
+    partial lines at its ends (either may be empty, and lines_start == lines_end when there is none)."""
+    line = LINE_BYTES // arr.itemsize
+    lines_start = start + min(n, elements_to_line(arr, start))
+    return lines_start, lines_start + (start + n - lines_start) // line * line
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def stream_out(dst, index, src, count):
+    """``dst[index:index + count] = src[0:count]`` by streaming stores; ``index`` begins a line of the
+    flat ``dst`` and ``count`` is a whole number of lines (see ``line_span``)."""
+    line = LINE_BYTES // dst.itemsize
+    for k in range(0, count, line):
+        stream_line(dst, index + k, src, k)

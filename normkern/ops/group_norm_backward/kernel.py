@@ -31,7 +31,7 @@ from numba.extending import overload
 
 from ..._dtypes import from_f32, to_f32
 from ..._lanes import fold_capacity, fold_halves, prefetch_l2_piece
-from ..._streaming import LINE_BYTES, elements_to_line, store_fence, stream_line
+from ..._streaming import line_span, store_fence, stream_out
 from ..._views import row_view
 
 F32 = np.float32
@@ -167,19 +167,16 @@ def _dx_streamed_float32(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, 
     """``_dx_channel`` with the whole cache lines of dx written by streaming stores (``_streaming``):
     pieces of ``scratch.size`` elements computed into the L1 scratch, each of their lines streamed out;
     the elements before the row's first line boundary and after its last one stored plainly."""
-    line = LINE_BYTES // dx.itemsize
-    head = min(n, elements_to_line(dx, row))
-    lines_end = row + head + (n - head) // line * line
-    for lo, stop in ((row, row + head), (lines_end, row + n)):
+    lines_start, lines_end = line_span(dx, row, n)
+    for lo, stop in ((row, lines_start), (lines_end, row + n)):
         if stop > lo:
             _dx_rows(row_view(dy, lo, stop - lo), row_view(x, lo, stop - lo), row_view(dx, lo, stop - lo), stop - lo,
                      mode, aligned, m, r, neg_mr, gamma, c1, c2)
-    for lo in range(row + head, lines_end, scratch.size):
+    for lo in range(lines_start, lines_end, scratch.size):
         length = min(scratch.size, lines_end - lo)
         _dx_rows(row_view(dy, lo, length), row_view(x, lo, length), scratch, length, mode, aligned, m, r, neg_mr, gamma,
                  c1, c2)
-        for k in range(0, length, line):
-            stream_line(dx, lo + k, scratch, k)
+        stream_out(dx, lo, scratch, length)
 
 
 @overload(_dx_streamed, jit_options={"error_model": "numpy"})
