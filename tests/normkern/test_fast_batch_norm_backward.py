@@ -100,6 +100,29 @@ def test_kernel_equals_simulator_on_every_template(shape, template, why, dtype, 
     assert_close_to_reference(inputs, got, training, dtype)
 
 
+@pytest.mark.parametrize("offset", [0, 3], ids=["own", "out+12B"])
+@pytest.mark.parametrize("shape, template, why", CASES, ids=[c[2] for c in CASES])
+def test_streamed_training_grad_input_gives_the_simulators_bits(shape, template, why, offset, monkeypatch):
+    """float32 training dx written by streaming stores (taken from ``STREAM_MIN_BYTES`` and
+    ``STREAM_MIN_ROW_BYTES``, here always): every template's rows, split-HW chunks and the partial
+    lines at their ends, with grad_input ``offset`` elements into its buffer; nothing written outside."""
+    from normkern.ops.fast_batch_norm_backward import api
+
+    monkeypatch.setattr(api, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(api, "STREAM_MIN_ROW_BYTES", 0)
+    dy, x, w, rm, rv, sm, si = make_problem(shape, "float32", seed=sum(shape))
+    buffer = np.full(x.size + offset + 16, np.nan, np.float32)
+    gi = buffer[offset:offset + x.size].reshape(shape)
+    out = (gi, np.empty(shape[1], np.float32), np.empty(shape[1], np.float32))
+    normkern.fast_batch_norm_backward(dy, x, w, rm, rv, sm, si, True, EPS, soc=SMALL, out=out)
+    plan = tiling.plan_fast_batch_norm_backward(shape, "float32", SMALL, training=True, weight_dtype="float32")
+    dy3, x3 = fused_views(plan, dy, x)
+    sim_dx, sim_gw, sim_gb = simulate(plan, dy3, x3, *statistics(plan, w, rm, rv, sm, si, EPS))
+    assert np.array_equal(bits(gi), bits(unfused_view(plan, sim_dx))), plan
+    assert np.array_equal(bits(out[1]), bits(sim_gw)) and np.array_equal(bits(out[2]), bits(sim_gb))
+    assert np.isnan(buffer[:offset]).all() and np.isnan(buffer[offset + x.size:]).all()
+
+
 @pytest.mark.parametrize("soc", ["Ascend910B2", "Ascend910B4", "host"])
 @pytest.mark.parametrize("shape", [(8, 64, 32, 32), (256, 64, 7, 7), (4, 100, 120, 120), (16, 30, 40, 40)],
                          ids=["full_load", "split_n", "cross_core_split_hw", "cross_core_pairs"])

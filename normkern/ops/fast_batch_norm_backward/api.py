@@ -34,6 +34,14 @@ DTYPES = ("float32", "float16", "bfloat16")
 #: The op exists (as BatchNormGradV3) on Atlas A2/A3; ``host`` runs our model of it.
 SUPPORTED_ARCHS = ("DAV_2201", "host")
 OUTPUTS = ("gradInput", "gradWeight", "gradBias")
+#: The training dx of a float32 grad_input at least this large, in rows (plane rows, or their HW
+#: blocks) of at least ``STREAM_MIN_ROW_BYTES``, is written with streaming stores
+#: (``kernel._dx_job_streamed``): it cannot stay in this CPU's caches, where a plain store reads each
+#: line from memory before writing it. Shorter rows lose: each has partial lines at both ends, stored
+#: plainly beside the streamed ones (paired: 56x56 rows 0.89-0.95 of the time, 40x40 0.93, 28x28 1.07,
+#: 14x14 1.48; README).
+STREAM_MIN_BYTES = 16 * 2**20
+STREAM_MIN_ROW_BYTES = 4096
 
 
 def _check_mask(output_mask) -> tuple[bool, bool, bool]:
@@ -175,11 +183,15 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         dy3, x3 = fused_views(plan, dy, x)
         direct = mask[0] and not plan.transposed and gi.dtype == x.dtype and gi.flags.c_contiguous
         dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), x.dtype)
+        args = plan.cached_kernel_args()
         gw = f32_buffer(grad_weight, channels)
         gb = f32_buffer(grad_bias, channels)
-        args = plan.cached_kernel_args()
+        row = args.hw_block if args.split_hw else args.b1
+        stream = direct and plan.training and dx3.dtype == F32 and dx3.nbytes >= STREAM_MIN_BYTES \
+            and row * dx3.itemsize >= STREAM_MIN_ROW_BYTES and dx3.ctypes.data % 4 == 0
         kernel.backward(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args,
-                        plan_spans(plan, lambda: core_work(args)), mean, scale, w, plan.training, mask[0], gw, gb)
+                        plan_spans(plan, lambda: core_work(args)), mean, scale, w, plan.training, mask[0], gw, gb,
+                        stream)
         if mask[0] and not direct:
             gi[...] = unfused_view(plan, dx3)
         results = [gi, grad_weight, grad_bias]

@@ -25,13 +25,17 @@ Numba's slices cost more than the arithmetic, and the views made the kernel 0.72
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from ..._dtypes import from_f32, to_f32
 from ..._lanes import fold_capacity, fold_halves
+from ..._streaming import line_span, store_fence, stream_out
 from ..._views import row_view
 
 F32 = np.float32
+#: Bytes of dx computed into the L1 scratch between two runs of streaming stores (``_dx_job_streamed``).
+_STREAM_PIECE_BYTES = 1024
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -187,8 +191,57 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
     return fold_halves(acc_dy, fold_len, used), fold_halves(acc_dyx, fold_len, used)
 
 
+def _dx_job_streamed(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
+    """``_dx_job`` with the whole cache lines of each row written by streaming stores (compiled code only)."""
+    raise NotImplementedError("_dx_job_streamed is only available inside @njit code")
+
+
+def _dx_job_streamed_float32(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
+    """Each row's pieces of 1 KiB computed into an L1 scratch and their lines streamed out
+    (``_streaming``); the partial lines at the row's ends stored plainly; then a store fence."""
+    scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize, dx.dtype)
+    for block in range(first, first + count):
+        plane, hw0, hw_len, _ = _pass_extent(geo, block, block + 1)
+        row = _row_start(dy, plane, c, hw0)
+        lines_start, lines_end = line_span(dx, row, hw_len)
+        for lo, stop in ((row, lines_start), (lines_end, row + hw_len)):
+            if stop > lo:
+                _dx_piece(row_view(dy, lo, stop - lo), row_view(x, lo, stop - lo), row_view(dx, lo, stop - lo), mean,
+                          shift, k, scale, weight)
+        for lo in range(lines_start, lines_end, scratch.size):
+            length = min(scratch.size, lines_end - lo)
+            _dx_piece(row_view(dy, lo, length), row_view(x, lo, length), row_view(scratch, 0, length), mean, shift, k,
+                      scale, weight)
+            stream_out(dx, lo, scratch, length)
+    store_fence()
+
+
 @njit(cache=True, error_model="numpy")
-def _dx_job(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
+def _dx_piece(dy_row, x_row, dx_row, mean, shift, k, scale, weight):
+    """``_dx_row`` as a function of its own: the streamed rows call one copy of its loop."""
+    _dx_row(dy_row, x_row, dx_row, mean, shift, k, scale, weight)
+
+
+@overload(_dx_job_streamed, jit_options={"error_model": "numpy"})
+def _dx_job_streamed_overload(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
+    """Compiled for float32 only, the one dtype the API streams (``api.STREAM_MIN_BYTES``): the other
+    specializations compile no second dx loop, and raise if asked to stream."""
+    if dx.dtype == types.float32:
+        return _dx_job_streamed_float32
+
+    def refuse(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
+        raise ValueError("_dx_job: streaming stores are compiled for float32 dx only")
+
+    return refuse
+
+
+@njit(cache=True, error_model="numpy")
+def _dx_job(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight, stream):
+    """The training dx of channel ``c`` over blocks [first, first + count); ``stream`` writes it with
+    streaming stores (``_dx_job_streamed``)."""
+    if stream:
+        _dx_job_streamed(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight)
+        return
     for block in range(first, first + count):
         plane, hw0, hw_len, _ = _pass_extent(geo, block, block + 1)
         row = _row_start(dy, plane, c, hw0)
@@ -204,7 +257,7 @@ def _dx_factors(sum_dy, grad_weight, scale, count):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, grad_weight, grad_bias, stream):
     """A core's single-core jobs: each channel reduced, finished and (training) its dx, while it is hot."""
     acc_dy = np.empty(fold_capacity(args.fold_len), F32)
     acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
@@ -220,11 +273,11 @@ def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, 
             grad_weight[c] = gw
             if training and write_dx:
                 shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
-                _dx_job(dy, x, dx, geo, c, first, count, mean[c], shift, k, scale[c], weight[c])
+                _dx_job(dy, x, dx, geo, c, first, count, mean[c], shift, k, scale[c], weight[c], stream)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, grad_weight, grad_bias, stream):
     """One cross-core channel group: every member core's partials into its workspace slot, then (the
     NPU's SyncAll) the slots added in core order, then each member's dx. Members are jobs
     ``lead .. lead + size - 1`` (one job a core in these phases, sorted by core)."""
@@ -254,7 +307,7 @@ def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, g
         shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
         for job in range(lead, lead + size):
             _dx_job(dy, x, dx, geo, c, args.job_block_start[job], args.job_block_count[job], mean[c], shift, k,
-                    scale[c], weight[c])
+                    scale[c], weight[c], stream)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -264,10 +317,11 @@ def _is_lead(args, job):
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight, grad_bias, stream):
     """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes.
 
-    ``grad_weight`` / ``grad_bias`` are float32 (C,); ``write_dx`` False leaves ``dx`` untouched.
+    ``grad_weight`` / ``grad_bias`` are float32 (C,); ``write_dx`` False leaves ``dx`` untouched;
+    ``stream`` writes the training dx with streaming stores (``_dx_job_streamed``), a hint: the same bits.
     A single-core phase ``p`` runs thread by thread, thread ``t`` the jobs of cores
     [spans[p, t], spans[p, t + 1]) in core order (``_threads``); a cross-core phase runs group by
     group (each group on one thread: its members' partials, the combine, then their dx, while the
@@ -296,7 +350,7 @@ def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx
         for t in prange(items):
             if leads == 0:  # a thread's cores are adjacent, so are their jobs
                 _whole_jobs(dy, x, dx, args, range(offsets[bounds[t]], offsets[bounds[t + 1]]), mean, scale, weight,
-                            training, write_dx, grad_weight, grad_bias)
+                            training, write_dx, grad_weight, grad_bias, stream)
             else:
                 _group(dy, x, dx, ws, args, lead_jobs[t], mean, scale, weight, training, write_dx, grad_weight,
-                       grad_bias)
+                       grad_bias, stream)
