@@ -13,6 +13,7 @@ These are hints to the memory system: the values written are the scratch's, bit 
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import binding, ir
 from numba import njit, types
 from numba.core import cgutils
@@ -21,6 +22,14 @@ from numba.np.arrayobj import make_array
 
 from ._lanes import LINE_BYTES
 from ._views import _CHECKED
+
+
+def worth_streaming(out: np.ndarray, min_bytes: int) -> bool:
+    """Whether a kernel should stream ``out`` (a C-contiguous output it writes in place): float32,
+    the one dtype whose dx pass the traffic bounds (half dtypes measured slower streamed), at least
+    ``min_bytes`` (the op's threshold, beyond what the caches keep between calls), and aligned to its
+    element size, which ``elements_to_line`` needs to find the line boundaries."""
+    return out.dtype == np.float32 and out.flags.aligned and out.nbytes >= min_bytes
 
 
 def _is_flat(arr) -> bool:

@@ -24,6 +24,7 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
+from ..._streaming import worth_streaming
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError, TilingError
 from . import kernel
@@ -187,8 +188,8 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         gw = f32_buffer(grad_weight, channels)
         gb = f32_buffer(grad_bias, channels)
         row = args.hw_block if args.split_hw else args.b1
-        stream = direct and plan.training and dx3.dtype == F32 and dx3.nbytes >= STREAM_MIN_BYTES \
-            and row * dx3.itemsize >= STREAM_MIN_ROW_BYTES and dx3.ctypes.data % 4 == 0
+        stream = direct and plan.training and worth_streaming(dx3, STREAM_MIN_BYTES) \
+            and row * dx3.itemsize >= STREAM_MIN_ROW_BYTES
         kernel.backward(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args,
                         plan_spans(plan, lambda: core_work(args)), mean, scale, w, plan.training, mask[0], gw, gb,
                         stream)

@@ -24,6 +24,7 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
+from ..._streaming import worth_streaming
 from ..._threads import plan_spans
 from ...errors import DeterminismError, InvalidParameterError, TilingError
 from . import kernel
@@ -197,7 +198,7 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
     m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
     partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
     spans = plan_spans(plan, lambda: args.core_count)
-    stream = direct and dx3.dtype == F32 and dx3.nbytes >= STREAM_MIN_BYTES and dx3.ctypes.data % 4 == 0
+    stream = direct and worth_streaming(dx3, STREAM_MIN_BYTES)
     kernel.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, spans, mask[0], partials,
                   dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES, stream)
     if mask[0] and not direct:

@@ -218,7 +218,7 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials, ahead,
         buf_dy = np.empty(width, F32)
         buf_dg = np.empty(width, F32)
         small = np.empty(fold_capacity(c_g), F32)
-        scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize, dx.dtype)
+        scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize if stream else 0, dx.dtype)
         for core in range(spans[thread], spans[thread + 1]):
             for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
                 m, r = mean[t], rstd[t]
