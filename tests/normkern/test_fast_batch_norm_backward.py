@@ -37,6 +37,8 @@ CASES = [
     ((30, 10, 30), "split_load", "split N, exactly two passes"),
     ((31, 10, 30), "split_load", "split N, two passes + 1 plane"),
     ((46, 10, 30), "split_load", "split N, three passes + 1 plane"),
+    ((100, 10, 30), "split_load", "split N, six passes + 10 planes: added 4, 2 and 1 at a time"),
+    ((2, 10, 2017), "split_load", "split HW, four whole chunks + 1 element: added 4 at a time, then 1"),
     ((4, 7, 5000), "split_load_cross_core", "whole channels, then groups of 2 splitting HW"),
     ((7, 6, 3025), "split_load_cross_core", "groups of 5 splitting HW, a member starting on a tail chunk"),
     ((400, 8, 50), "split_load_cross_core", "whole channels, pairs (an odd core idles), a group of 5"),

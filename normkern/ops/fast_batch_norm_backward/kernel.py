@@ -73,6 +73,30 @@ def _add_two_rows(acc_dy, acc_dyx, dy_a, x_a, dy_b, x_b, mean, first):
             acc_dyx[i] = (acc_dyx[i] + va) + vb
 
 
+@njit(cache=True, error_model="numpy")
+def _add_four_rows(acc_dy, acc_dyx, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first):
+    """``_add_row`` of rows a, b, c, d in turn, with one load and one store of each accumulator.
+
+    A function of its own, called once a row: inlined beside ``_add_two_rows`` it added about 1.5 s to
+    the first call's compile, out of line about 1 s, and the row call costs nothing measurable on the
+    rows it serves (3136 elements at 56x56; 196 at 14x14, 0.96-0.99 of the time against 0.92-0.95)."""
+    for i in range(dy_a.shape[0]):
+        da = to_f32(dy_a[i])
+        db = to_f32(dy_b[i])
+        dc = to_f32(dy_c[i])
+        dd = to_f32(dy_d[i])
+        va = (to_f32(x_a[i]) - mean) * da
+        vb = (to_f32(x_b[i]) - mean) * db
+        vc = (to_f32(x_c[i]) - mean) * dc
+        vd = (to_f32(x_d[i]) - mean) * dd
+        if first:
+            acc_dy[i] = (((F32(0.0) + da) + db) + dc) + dd
+            acc_dyx[i] = (((F32(0.0) + va) + vb) + vc) + vd
+        else:
+            acc_dy[i] = (((acc_dy[i] + da) + db) + dc) + dd
+            acc_dyx[i] = (((acc_dyx[i] + va) + vb) + vc) + vd
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _add_row_infer(acc_dy, acc_dyx, dy_row, x_row, dx_row, mean, scale, weight, first):
     """``_add_row`` that also stores the inference dx of each element it reads."""
@@ -160,10 +184,17 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
         if not is_first and extent > used:  # a split-HW job may start on a short tail chunk
             _zero(acc_dy, used, extent)
             _zero(acc_dyx, used, extent)
-        paired = False
-        if not fuse_dx and block + step < last:  # (a fused inference pass gained nothing from it)
-            plane_b, hw0_b, hw_len_b, planes_b = _pass_extent(geo, block + step, last)
-            paired = planes_b == planes and hw_len_b == hw_len
+        # Consecutive passes over the same positions are added in one sweep, 4 or 2 at a time (three go
+        # as 2 + 1: one sweep function fewer to compile). Per position the adds keep their order.
+        group = 1
+        if not fuse_dx:  # (a fused inference pass gained nothing from it)
+            while group < 4 and block + group * step < last:
+                _, _, hw_len_n, planes_n = _pass_extent(geo, block + group * step, last)
+                if planes_n != planes or hw_len_n != hw_len:
+                    break
+                group += 1
+            if group == 3:
+                group = 2
         pads = is_first and hw_len < b1_align  # the plane pads inside the pass, zeroed once
         for j in range(planes):
             lo = j * b1_align
@@ -177,17 +208,27 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
             if fuse_dx:
                 _add_row_infer(part_dy, part_dyx, dy_row, x_row, row_view(dx, row, hw_len), mean, scale, weight,
                                is_first)
-            elif paired:  # this pass and the next add onto the same positions: both in one sweep
+            elif group > 1:  # the next passes add onto the same positions: all in one sweep
+                plane_b, hw0_b, _, _ = _pass_extent(geo, block + step, last)
                 row_b = _row_start(dy, plane_b + j, c, hw0_b)
-                _add_two_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len), row_view(x, row_b, hw_len),
-                              mean, is_first)
+                if group == 4:
+                    plane_c, hw0_c, _, _ = _pass_extent(geo, block + 2 * step, last)
+                    plane_d, hw0_d, _, _ = _pass_extent(geo, block + 3 * step, last)
+                    row_c = _row_start(dy, plane_c + j, c, hw0_c)
+                    row_d = _row_start(dy, plane_d + j, c, hw0_d)
+                    _add_four_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len),
+                                   row_view(x, row_b, hw_len), row_view(dy, row_c, hw_len), row_view(x, row_c, hw_len),
+                                   row_view(dy, row_d, hw_len), row_view(x, row_d, hw_len), mean, is_first)
+                else:
+                    _add_two_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len),
+                                  row_view(x, row_b, hw_len), mean, is_first)
             else:
                 _add_row(part_dy, part_dyx, dy_row, x_row, mean, is_first)
             if pads and j < planes - 1 and b1_align < PAD_GROUP:
                 _zero(acc_dy, lo + hw_len, lo + b1_align)
                 _zero(acc_dyx, lo + hw_len, lo + b1_align)
         used = max(used, extent)
-        block += 2 * step if paired else step
+        block += group * step
     return fold_halves(acc_dy, fold_len, used), fold_halves(acc_dyx, fold_len, used)
 
 
