@@ -75,6 +75,27 @@ def _add_two_rows(acc_dy, acc_dyx, dy_a, x_a, dy_b, x_b, mean, first):
             acc_dyx[i] = (acc_dyx[i] + va) + vb
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _add_four_at(acc_dy, acc_dyx, i, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first):
+    """Position ``i`` of a four-row sweep: rows a, b, c, d added onto both accumulators in turn; returns
+    the four dy values."""
+    da = to_f32(dy_a[i])
+    db = to_f32(dy_b[i])
+    dc = to_f32(dy_c[i])
+    dd = to_f32(dy_d[i])
+    va = (to_f32(x_a[i]) - mean) * da
+    vb = (to_f32(x_b[i]) - mean) * db
+    vc = (to_f32(x_c[i]) - mean) * dc
+    vd = (to_f32(x_d[i]) - mean) * dd
+    if first:
+        acc_dy[i] = (((F32(0.0) + da) + db) + dc) + dd
+        acc_dyx[i] = (((F32(0.0) + va) + vb) + vc) + vd
+    else:
+        acc_dy[i] = (((acc_dy[i] + da) + db) + dc) + dd
+        acc_dyx[i] = (((acc_dyx[i] + va) + vb) + vc) + vd
+    return da, db, dc, dd
+
+
 @njit(cache=True, error_model="numpy")
 def _add_four_rows(acc_dy, acc_dyx, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first):
     """``_add_row`` of rows a, b, c, d in turn, with one load and one store of each accumulator.
@@ -83,51 +104,59 @@ def _add_four_rows(acc_dy, acc_dyx, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, 
     the first call's compile, out of line about 1 s, and the row call costs nothing measurable on the
     rows it serves (3136 elements at 56x56; 196 at 14x14, 0.96-0.99 of the time against 0.92-0.95)."""
     for i in range(dy_a.shape[0]):
-        da = to_f32(dy_a[i])
-        db = to_f32(dy_b[i])
-        dc = to_f32(dy_c[i])
-        dd = to_f32(dy_d[i])
-        va = (to_f32(x_a[i]) - mean) * da
-        vb = (to_f32(x_b[i]) - mean) * db
-        vc = (to_f32(x_c[i]) - mean) * dc
-        vd = (to_f32(x_d[i]) - mean) * dd
-        if first:
-            acc_dy[i] = (((F32(0.0) + da) + db) + dc) + dd
-            acc_dyx[i] = (((F32(0.0) + va) + vb) + vc) + vd
-        else:
-            acc_dy[i] = (((acc_dy[i] + da) + db) + dc) + dd
-            acc_dyx[i] = (((acc_dyx[i] + va) + vb) + vc) + vd
+        _add_four_at(acc_dy, acc_dyx, i, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first)
 
 
-def _fused_group(dy):
-    """Passes a fused inference pass adds in one sweep for this input dtype: 4 for the 16-bit ones, 1 for float32."""
-    raise NotImplementedError("_fused_group is only available inside @njit code")
+@njit(cache=True, inline="always", error_model="numpy")
+def _add_four_rows_infer(acc_dy, acc_dyx, dy_a, x_a, dx_a, dy_b, x_b, dx_b, dy_c, x_c, dx_c, dy_d, x_d, dx_d, mean,
+                         scale, weight, first):
+    """``_add_four_rows`` that also stores the inference dx of each element it reads."""
+    like = dx_a[0]
+    for i in range(dy_a.shape[0]):
+        da, db, dc, dd = _add_four_at(acc_dy, acc_dyx, i, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first)
+        dx_a[i] = from_f32((da * scale) * weight, like)
+        dx_b[i] = from_f32((db * scale) * weight, like)
+        dx_c[i] = from_f32((dc * scale) * weight, like)
+        dx_d[i] = from_f32((dd * scale) * weight, like)
 
 
-@overload(_fused_group, inline="always")
-def _fused_group_overload(dy):
-    """A constant per specialization, so float32 compiles no fused sweep: grouped, its inference took
-    1.0-1.08x the time (the dx pass reads dy a second time; the accumulator traffic it saves is a
-    smaller share of float32's bytes), where bfloat16 took 0.82-0.89 and float16 0.88-1.0."""
-    group = 4 if dy.dtype.bitwidth == 16 else 1
-    return lambda dy: group
-
-
-@njit(cache=True, error_model="numpy")
-def _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale, weight, first):
-    """Plane ``j`` of the four equal passes from ``block``, fused inference: piece by piece, the four
-    rows added onto the accumulators in one sweep (``_add_four_rows``), then each row's dx from its dy,
-    which the sweep has just brought into L1. A quarter of the accumulator loads and stores of one row
-    at a time, for a second read of dy from L1. Out of line: inlined into ``_reduce_job`` it made
-    8x512x7x7 float16 inference, which never groups, 1.14x slower; out of line 0.98-1.05x. Compiling
-    it costs each 16-bit specialization about 1.3 s of its first call."""
+@njit(cache=True, inline="always", error_model="numpy")
+def _following_rows(dy, geo, c, block, last, j):
+    """Where plane ``j`` of the three passes after ``block`` starts (flat indices)."""
     step = 1 if geo[0] else geo[4]
     plane_b, hw0_b, _, _ = _pass_extent(geo, block + step, last)
     plane_c, hw0_c, _, _ = _pass_extent(geo, block + 2 * step, last)
     plane_d, hw0_d, _, _ = _pass_extent(geo, block + 3 * step, last)
-    row_b = _row_start(dy, plane_b + j, c, hw0_b)
-    row_c = _row_start(dy, plane_c + j, c, hw0_c)
-    row_d = _row_start(dy, plane_d + j, c, hw0_d)
+    return (_row_start(dy, plane_b + j, c, hw0_b), _row_start(dy, plane_c + j, c, hw0_c),
+            _row_start(dy, plane_d + j, c, hw0_d))
+
+
+def _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale, weight, first):
+    """Plane ``j`` of the four equal passes from ``block``, fused inference: the four rows added onto the
+    accumulators in one sweep, with one load and one store of each, and their dx written (compiled code
+    only; ``_fused_four_rows_overload`` picks the loop per dtype).
+
+    Out of line, called once a row: inlined into ``_reduce_job`` it made 8x512x7x7 float16 inference,
+    which never groups, 1.14x slower. It costs each specialization about 1.3 s more first-call compile."""
+    raise NotImplementedError("_fused_four_rows is only available inside @njit code")
+
+
+def _fused_four_rows_in_sweep(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale, weight,
+                              first):
+    """float32 and float16: the dx stores inside the sweep (``_add_four_rows_infer``)."""
+    row_b, row_c, row_d = _following_rows(dy, geo, c, block, last, j)
+    _add_four_rows_infer(row_view(acc_dy, lo, hw_len), row_view(acc_dyx, lo, hw_len), row_view(dy, row, hw_len),
+                         row_view(x, row, hw_len), row_view(dx, row, hw_len), row_view(dy, row_b, hw_len),
+                         row_view(x, row_b, hw_len), row_view(dx, row_b, hw_len), row_view(dy, row_c, hw_len),
+                         row_view(x, row_c, hw_len), row_view(dx, row_c, hw_len), row_view(dy, row_d, hw_len),
+                         row_view(x, row_d, hw_len), row_view(dx, row_d, hw_len), mean, scale, weight, first)
+
+
+def _fused_four_rows_in_pieces(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale,
+                               weight, first):
+    """bfloat16: piece by piece, the sweep (``_add_four_rows``), then each row's dx from its dy, which
+    the sweep has just brought into L1."""
+    row_b, row_c, row_d = _following_rows(dy, geo, c, block, last, j)
     for p0 in range(0, hw_len, _FUSED_PIECE):
         n = min(_FUSED_PIECE, hw_len - p0)
         _add_four_rows(row_view(acc_dy, lo + p0, n), row_view(acc_dyx, lo + p0, n), row_view(dy, row + p0, n),
@@ -136,6 +165,17 @@ def _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc
                        row_view(x, row_d + p0, n), mean, first)
         for r in (row, row_b, row_c, row_d):
             _dx_row_infer(row_view(dy, r + p0, n), row_view(dx, r + p0, n), scale, weight)
+
+
+@overload(_fused_four_rows, jit_options={"error_model": "numpy"})
+def _fused_four_rows_overload(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale, weight,
+                              first):
+    """One loop per specialization. With the dx stores inside the sweep, bfloat16 (its rounding to
+    nearest-even, four rows of it in one loop) took 2.4-4x the time of one row at a time, so its dx goes
+    piece by piece after the sweep; float32 and float16 were faster with the stores inside (32x64x56x56
+    inference 0.82-0.85 float16, where the pieces gave 0.92-0.96; float32 0.82-0.93, where the pieces
+    lost, 1.0-1.08x, reading dy twice)."""
+    return _fused_four_rows_in_pieces if dy.dtype == types.int16 else _fused_four_rows_in_sweep
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -235,14 +275,12 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
         # Consecutive passes over the same positions are added in one sweep, 4 or 2 at a time (three go
         # as 2 + 1: one sweep function fewer to compile). Per position the adds keep their order.
         group = 1
-        fused_group = _fused_group(dy)
-        limit = fused_group if fuse_dx else 4
-        while group < limit and block + group * step < last:
+        while group < 4 and block + group * step < last:
             _, _, hw_len_n, planes_n = _pass_extent(geo, block + group * step, last)
             if planes_n != planes or hw_len_n != hw_len:
                 break
             group += 1
-        if fuse_dx and group < 4:  # a fused pass groups by 4 only (``_fused_four_rows``)
+        if fuse_dx and group < 4:  # a fused pass groups by 4 only (``_fused_four_rows``; a pair lost)
             group = 1
         elif group == 3:
             group = 2
@@ -256,7 +294,7 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
             x_row = row_view(x, row, hw_len)
             part_dy = row_view(acc_dy, lo, hw_len)
             part_dyx = row_view(acc_dyx, lo, hw_len)
-            if fuse_dx and fused_group == 4 and group == 4:
+            if fuse_dx and group == 4:
                 _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale,
                                  weight, is_first)
             elif fuse_dx:
