@@ -36,8 +36,14 @@ from ..._views import row_view
 F32 = np.float32
 #: Bytes of dx computed into the L1 scratch between two runs of streaming stores (``_dx_job_streamed``).
 _STREAM_PIECE_BYTES = 1024
-#: Elements of each row a fused four-pass sweep adds before it writes their dx (``_fused_four_rows``).
+#: Elements of each row a fused bfloat16 sweep adds before it writes their dx (``_fused_four_rows_in_pieces``).
 _FUSED_PIECE = 512
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _infer_dx(d, scale, weight, like):
+    """The inference dx of one element, ``(dy * r) * w``, in the element type of ``like``."""
+    return from_f32((d * scale) * weight, like)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -114,10 +120,10 @@ def _add_four_rows_infer(acc_dy, acc_dyx, dy_a, x_a, dx_a, dy_b, x_b, dx_b, dy_c
     like = dx_a[0]
     for i in range(dy_a.shape[0]):
         da, db, dc, dd = _add_four_at(acc_dy, acc_dyx, i, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first)
-        dx_a[i] = from_f32((da * scale) * weight, like)
-        dx_b[i] = from_f32((db * scale) * weight, like)
-        dx_c[i] = from_f32((dc * scale) * weight, like)
-        dx_d[i] = from_f32((dd * scale) * weight, like)
+        dx_a[i] = _infer_dx(da, scale, weight, like)
+        dx_b[i] = _infer_dx(db, scale, weight, like)
+        dx_c[i] = _infer_dx(dc, scale, weight, like)
+        dx_d[i] = _infer_dx(dd, scale, weight, like)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -185,14 +191,14 @@ def _add_row_infer(acc_dy, acc_dyx, dy_row, x_row, dx_row, mean, scale, weight, 
     for i in range(dy_row.shape[0]):
         d = to_f32(dy_row[i])
         _add_at(acc_dy, acc_dyx, i, d, (to_f32(x_row[i]) - mean) * d, first)
-        dx_row[i] = from_f32((d * scale) * weight, like)
+        dx_row[i] = _infer_dx(d, scale, weight, like)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _dx_row_infer(dy_row, dx_row, scale, weight):
     like = dx_row[0]
     for i in range(dy_row.shape[0]):
-        dx_row[i] = from_f32((to_f32(dy_row[i]) * scale) * weight, like)
+        dx_row[i] = _infer_dx(to_f32(dy_row[i]), scale, weight, like)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -301,13 +307,8 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
                 _add_row_infer(part_dy, part_dyx, dy_row, x_row, row_view(dx, row, hw_len), mean, scale, weight,
                                is_first)
             elif group > 1:  # the next passes add onto the same positions: all in one sweep
-                plane_b, hw0_b, _, _ = _pass_extent(geo, block + step, last)
-                row_b = _row_start(dy, plane_b + j, c, hw0_b)
+                row_b, row_c, row_d = _following_rows(dy, geo, c, block, last, j)
                 if group == 4:
-                    plane_c, hw0_c, _, _ = _pass_extent(geo, block + 2 * step, last)
-                    plane_d, hw0_d, _, _ = _pass_extent(geo, block + 3 * step, last)
-                    row_c = _row_start(dy, plane_c + j, c, hw0_c)
-                    row_d = _row_start(dy, plane_d + j, c, hw0_d)
                     _add_four_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len),
                                    row_view(x, row_b, hw_len), row_view(dy, row_c, hw_len), row_view(x, row_c, hw_len),
                                    row_view(dy, row_d, hw_len), row_view(x, row_d, hw_len), mean, is_first)
