@@ -137,8 +137,9 @@ def test_fast_batch_norm_backward(benchmark, environment, stream, shape, dtype, 
     if shape == TWO_PASS_SHAPE:  # the two passes with none of the exact order, same rounds
         views = [kernel_view(a.reshape(shape[0], c, -1)) for a in (dy, x, np.empty_like(out[0]))]
         sums = (np.empty(c, np.float32), np.empty(c, np.float32))
-        runs["two_passes"] = lambda: _two_passes(*views, save_mean, save_invstd, weight, *sums, stream.threads,
-                                                 training)
+        # the op's own statistics: save_invstd in training, 1/sqrt(running_var + eps) in inference
+        invstd = save_invstd if training else (1 / np.sqrt(running_var + np.float32(1e-5))).astype(np.float32)
+        runs["two_passes"] = lambda: _two_passes(*views, save_mean, invstd, weight, *sums, stream.threads, training)
         runs["two_passes"]()  # a model that computed something else would bound nothing: check it once
         runs[f"nk_{SOCS[0]}"]()
         got = (views[2].view(x.dtype).astype(np.float64), *sums)
