@@ -7,6 +7,8 @@ import numbers
 
 import numpy as np
 
+import tiling
+
 from .errors import InvalidParameterError, NullPointerError, UnsupportedError
 
 
@@ -61,11 +63,13 @@ def check_not_null(op: str, named: tuple[tuple[str, object], ...]) -> None:
             raise NullPointerError(op, name, "must not be None (null pointer)", None)
 
 
-def check_supported(op: str, aclnn_name: str, spec, allowed: tuple[str, ...]) -> None:
-    """561003 when CANN has no kernel for this op on ``spec`` (its dtype list is empty)."""
+def check_supported(op: str, spec) -> tuple[str, ...]:
+    """The input dtypes of the support table for ``op`` on ``spec``; 561003 when CANN has no kernel there."""
+    allowed = tiling.support(op, spec).dtypes
     if not allowed:
-        raise UnsupportedError(op, "soc", f"must support {aclnn_name} (CANN has no kernel for {spec.product})",
-                               spec.name)
+        raise UnsupportedError(op, "soc", f"must support {tiling.ACLNN_NAMES[op]} (CANN has no kernel for "
+                               f"{spec.product})", spec.name)
+    return allowed
 
 
 def check_rank(op: str, name: str, x: np.ndarray, low: int = 2, high: int = 8) -> None:

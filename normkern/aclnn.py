@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import _config
+from . import ops as _ops  # noqa: F401  (importing the slices registers them)
 from ._executor import Executor, launch
+from ._registry import OpRecord, records
 from .errors import (
     ACLNN_ERR_INNER,
     ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
@@ -24,10 +26,6 @@ from .errors import (
     ACLNN_SUCCESS,
     NormkernError,
 )
-from .ops import batch_norm_gather_stats as _gather
-from .ops import batch_norm_stats as _bns
-from .ops import fast_batch_norm_backward as _fbn
-from .ops import group_norm_backward as _gnb
 
 __all__ = [
     "ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
@@ -35,10 +33,6 @@ __all__ = [
     "ACL_SUCCESS", "ACL_ERROR_INVALID_PARAM", "ACL_OPT_DETERMINISTIC", "ACL_OPT_ENABLE_DEBUG_KERNEL",
     "ACL_OPT_STRONG_CONSISTENCY", "ACL_OPT_ENABLE_KERNEL_EARLY_START",
     "aclrtCtxSetSysParamOpt", "aclrtCtxGetSysParamOpt", "aclGetRecentErrMsg", "Executor",
-    "aclnnBatchNormStatsGetWorkspaceSize", "aclnnBatchNormStats",
-    "aclnnBatchNormGatherStatsWithCountsGetWorkspaceSize", "aclnnBatchNormGatherStatsWithCounts",
-    "aclnnFastBatchNormBackwardGetWorkspaceSize", "aclnnFastBatchNormBackward",
-    "aclnnGroupNormBackwardGetWorkspaceSize", "aclnnGroupNormBackward",
 ]
 
 ACL_SUCCESS = 0
@@ -102,54 +96,24 @@ def _second_phase(op: str, workspace, workspace_size, executor) -> int:
     return ACLNN_SUCCESS
 
 
-def aclnnBatchNormStatsGetWorkspaceSize(input, eps, mean, invstd, *, soc=None):
-    """First phase of aclnnBatchNormStats: ``(status, workspace_size, executor)``."""
-    return _first_phase(lambda: _bns.prepare(input, eps, mean, invstd, soc=soc))
+def _phases(record: OpRecord) -> tuple[Callable, Callable]:
+    """``aclnnXxxGetWorkspaceSize`` and ``aclnnXxx`` of one registered op."""
+
+    def first(*args, **kwargs) -> tuple[int, int, Executor | None]:
+        return _first_phase(lambda: record.aclnn_prepare(*args, **kwargs))
+
+    def second(workspace, workspace_size, executor, stream=None) -> int:
+        return _second_phase(record.name, workspace, workspace_size, executor)
+
+    first.__name__ = first.__qualname__ = f"{record.aclnn}GetWorkspaceSize"
+    first.__doc__ = record.aclnn_prepare.__doc__
+    first.__wrapped__ = record.aclnn_prepare  # so help() and inspect show CANN's parameter names
+    second.__name__ = second.__qualname__ = record.aclnn
+    second.__doc__ = f"Second phase of {record.aclnn}: runs the executor of the first phase in ``workspace``."
+    return first, second
 
 
-def aclnnBatchNormStats(workspace, workspace_size, executor, stream=None) -> int:
-    """Second phase of aclnnBatchNormStats: writes ``mean`` and ``invstd`` given to the first phase."""
-    return _second_phase(_bns.OP, workspace, workspace_size, executor)
-
-
-def aclnnBatchNormGatherStatsWithCountsGetWorkspaceSize(input, mean, invstd, runningMean, runningVar, momentum, eps,
-                                                        counts, meanAll, invstdAll, *, soc=None):
-    """First phase of aclnnBatchNormGatherStatsWithCounts: ``(status, workspace_size, executor)``."""
-    return _first_phase(lambda: _gather.prepare(input, mean, invstd, runningMean, runningVar, momentum, eps, counts,
-                                                meanAll, invstdAll, soc=soc))
-
-
-def aclnnBatchNormGatherStatsWithCounts(workspace, workspace_size, executor, stream=None) -> int:
-    """Second phase: writes meanAll/invstdAll and updates runningMean/runningVar in place."""
-    return _second_phase(_gather.OP, workspace, workspace_size, executor)
-
-
-def aclnnFastBatchNormBackwardGetWorkspaceSize(gradOut, input, weight, runningMean, runningVar, saveMean, saveInvstd,
-                                               training, eps, outputMask, version, gradInput, gradWeight, gradBias, *,
-                                               soc=None):
-    """First phase of aclnnFastBatchNormBackward: ``(status, workspace_size, executor)``.
-
-    An empty gradOut or input returns ``(0, 0, executor)`` before any other check, as the op_api."""
-    return _first_phase(lambda: _fbn.prepare(gradOut, input, weight, runningMean, runningVar, saveMean, saveInvstd,
-                                             training, eps, outputMask, version, gradInput, gradWeight, gradBias,
-                                             soc=soc))
-
-
-def aclnnFastBatchNormBackward(workspace, workspace_size, executor, stream=None) -> int:
-    """Second phase: writes the gradients selected by the first phase's outputMask."""
-    return _second_phase(_fbn.OP, workspace, workspace_size, executor)
-
-
-def aclnnGroupNormBackwardGetWorkspaceSize(gradOut, input, mean, rstd, gamma, N, C, HxW, group, outputMask, gradInput,
-                                           gradGammaOut, gradBetaOut, *, soc=None):
-    """First phase of aclnnGroupNormBackward: ``(status, workspace_size, executor)``.
-
-    Runs the default (``cann``) plan: deterministic, whatever the determinism switch says, as the A2
-    code (the ``atomic`` strategy is reachable from the Pythonic layer)."""
-    return _first_phase(lambda: _gnb.prepare(gradOut, input, mean, rstd, gamma, N, C, HxW, group, outputMask,
-                                             gradInput, gradGammaOut, gradBetaOut, soc=soc))
-
-
-def aclnnGroupNormBackward(workspace, workspace_size, executor, stream=None) -> int:
-    """Second phase: writes the gradients selected by outputMask; the partial rows go to ``workspace``."""
-    return _second_phase(_gnb.OP, workspace, workspace_size, executor)
+for _record in records():
+    for _phase in _phases(_record):
+        globals()[_phase.__name__] = _phase
+        __all__.append(_phase.__name__)

@@ -17,53 +17,8 @@ from dataclasses import asdict, dataclass, field
 import numba
 import numpy as np
 
-import tiling
-
-from . import _config
+from . import _config, _registry
 from .errors import InvalidParameterError
-
-_OUTPUTS = {
-    "batch_norm_stats": ("mean", "invstd"),
-    "batch_norm_gather_stats_with_counts": ("mean_all", "invstd_all", "running_mean", "running_var"),
-    "fast_batch_norm_backward": ("grad_input", "grad_weight", "grad_bias"),
-    "group_norm_backward": ("grad_input", "grad_gamma", "grad_beta"),
-}
-_SEEDED = ("batch_norm_stats", "group_norm_backward")   # ops with atomic strategies take arrival_seed
-
-
-def reference_for(op: str, kw: dict) -> tuple:
-    """The op's float64 reference outputs, in the order of ``_OUTPUTS``."""
-    if op == "batch_norm_stats":
-        from .ops.batch_norm_stats import batch_norm_stats_reference
-        return batch_norm_stats_reference(kw["input"], kw["eps"])
-    if op == "batch_norm_gather_stats_with_counts":
-        from .ops.batch_norm_gather_stats import batch_norm_gather_stats_reference
-        return batch_norm_gather_stats_reference(kw["mean"], kw["invstd"], kw["counts"], kw.get("running_mean"),
-                                                 kw.get("running_var"), kw["momentum"], kw["eps"])
-    if op == "fast_batch_norm_backward":
-        from .ops.fast_batch_norm_backward import fast_batch_norm_backward_reference
-        return fast_batch_norm_backward_reference(
-            kw["grad_out"], kw["input"], kw.get("weight"), kw.get("running_mean"), kw.get("running_var"),
-            kw.get("save_mean"), kw.get("save_invstd"), kw["training"], kw["eps"])
-    from .ops.group_norm_backward import group_norm_backward_reference
-    return group_norm_backward_reference(kw["grad_out"], kw["input"], kw["mean"], kw["rstd"], kw.get("gamma"),
-                                         kw["N"], kw["C"], kw["HxW"], kw["group"])
-
-
-def plan_for(op: str, kw: dict, soc, strategy) -> tiling.Plan:
-    """The plan ``normkern.<op>(**kw, soc=soc, strategy=strategy)`` runs."""
-    from ._dtypes import dtype_name
-
-    if op == "batch_norm_stats":
-        return tiling.plan_batch_norm_stats(kw["input"].shape, dtype_name(kw["input"].dtype), soc, strategy)
-    if op == "batch_norm_gather_stats_with_counts":
-        return tiling.plan_batch_norm_gather_stats_with_counts(*kw["mean"].shape, dtype_name(kw["mean"].dtype), soc,
-                                                               strategy)
-    if op == "fast_batch_norm_backward":
-        return tiling.plan_fast_batch_norm_backward(kw["input"].shape, dtype_name(kw["input"].dtype), soc, strategy,
-                                                    training=kw["training"], weight_dtype="float32")
-    return tiling.plan_group_norm_backward(kw["N"], kw["C"], kw["HxW"], kw["group"], dtype_name(kw["input"].dtype),
-                                           soc, strategy, out_dtype=dtype_name(kw["mean"].dtype))
 
 
 def _ordered(values: np.ndarray) -> np.ndarray:
@@ -188,10 +143,7 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
     copied for every run, so in-place outputs (running statistics) start from the same values.
     ``progress`` prints one line per plan and thread count to stderr.
     """
-    import normkern
-
-    if op not in _OUTPUTS:
-        raise InvalidParameterError("check_determinism", "op", f"must be one of {', '.join(_OUTPUTS)}", repr(op))
+    record = _registry.get(op, "check_determinism")
     if not isinstance(runs, int) or runs < 1:
         raise InvalidParameterError("check_determinism", "runs", "must be a positive int", repr(runs))
     threads = tuple(threads)
@@ -209,16 +161,15 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
         seeds = list(range(arrival_orders))
     else:
         seeds = list(arrival_orders)
-    call = getattr(normkern, op)
-    names = _OUTPUTS[op]
-    reference = reference_for(op, kw)
+    names = record.all_outputs
+    reference = record.reference(kw)
     before = numba.get_num_threads()
     configurations, firsts = [], []
     try:
         for soc in socs:
             spec = _config.resolve_soc(soc, op)
             for strategy in strategies:
-                plan = plan_for(op, kw, spec, strategy)
+                plan = record.plan(kw, spec, strategy)
                 collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
                 for t in threads:
                     numba.set_num_threads(t)
@@ -226,10 +177,7 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
                         print(f"[{op}] {spec.name} {plan.strategy.value}: {runs} runs at {t} threads", file=sys.stderr)
                     for r in range(runs):
                         args = _copy(kw)
-                        extra = {"arrival_seed": seeds[r % len(seeds)]} if op in _SEEDED else {}
-                        outs = call(**args, soc=spec, strategy=strategy, **extra)
-                        if op == "batch_norm_gather_stats_with_counts":
-                            outs = (*outs, args.get("running_mean"), args.get("running_var"))
+                        outs = record.call(args, soc=spec, strategy=strategy, arrival_seed=seeds[r % len(seeds)])
                         for name, value in zip(names, outs, strict=True):
                             if value is not None:
                                 collected[name].append(np.array(value, copy=True))

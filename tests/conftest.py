@@ -24,6 +24,14 @@ def _test_cache_dir() -> None:
 
 _test_cache_dir()
 
+
+def pytest_configure(config):
+    # A prange loop Numba cannot parallelize (a raise in its body, say) compiles to a serial loop with
+    # only a warning: make it a failure. Registered here, after NUMBA_CACHE_DIR is set: a filter in
+    # pyproject.toml names a numba class, which imports numba before this file runs, and numba would
+    # then keep its cache beside the sources.
+    config.addinivalue_line("filterwarnings", "error::numba.core.errors.NumbaPerformanceWarning")
+
 # Shared CI machines are noisy: judge properties, not per-example time.
 settings.register_profile("normkern", deadline=None, max_examples=100)
 settings.load_profile("normkern")

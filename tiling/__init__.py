@@ -27,8 +27,21 @@ from .group_norm_backward import (
 )
 from .plan import SCHEMA_VERSION, Plan, Rejection, Strategy, StrategyRegistry, TilingError
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
-from .soc import DEFAULT_SOC, SocSpec, get_soc, host_soc, soc_names
+from .soc import (
+    A2_A3,
+    ASCEND950,
+    ATLAS_INFERENCE,
+    ATLAS_TRAINING,
+    DEFAULT_SOC,
+    HOST,
+    SocSpec,
+    get_soc,
+    host_soc,
+    soc_names,
+)
 from .split import Split, SplitKind
+from .support import ACLNN_NAMES, FAMILIES, Support, UnsupportedError, support
+from .support import table as support_table
 from .workspace import Region, WorkspaceLayout
 
 __all__ = [
@@ -38,6 +51,7 @@ __all__ = [
     "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",
     "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",
     "LANES", "Combine", "LaneOrder", "ReduceLevel", "ReductionTree",
-    "DEFAULT_SOC", "SocSpec", "get_soc", "host_soc", "soc_names",
+    "A2_A3", "ASCEND950", "ATLAS_INFERENCE", "ATLAS_TRAINING", "DEFAULT_SOC", "HOST", "SocSpec", "get_soc",
+    "host_soc", "soc_names", "ACLNN_NAMES", "FAMILIES", "Support", "UnsupportedError", "support", "support_table",
     "Split", "SplitKind", "Region", "WorkspaceLayout",
 ]

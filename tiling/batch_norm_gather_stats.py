@@ -50,6 +50,7 @@ from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtyp
 from .reduction import Combine, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
+from .support import require, support
 from .workspace import WorkspaceLayout
 
 OP = "batch_norm_gather_stats_with_counts"
@@ -57,12 +58,6 @@ DTYPE_KEY = {"float32": 1, "float16": 2, "bfloat16": 3}
 MAX_C_COMMON = 240000
 MAX_C_FIRST_AXIS_COMMON = 5000
 RESERVED = 16 * 1024 * 1024
-SUPPORTED_DTYPES: dict[str, tuple[str, ...]] = {
-    "DAV_2201": ("float32", "float16", "bfloat16"),
-    "DAV_3510": ("float32", "float16", "bfloat16"),
-    "DAV_1001": ("float32", "float16"),
-    "host": ("float32", "float16", "bfloat16"),
-}
 
 
 class GatherStatsStrategy(enum.Enum):
@@ -104,10 +99,6 @@ class GatherStatsArgs(NamedTuple):
     core_count: np.ndarray
     partial_offset: int
     partial_pitch: int
-
-
-def supported_dtypes(soc: SocSpec) -> tuple[str, ...]:
-    return SUPPORTED_DTYPES.get(soc.arch, ())
 
 
 def _ceil_div(value: int, factor: int) -> int:
@@ -245,7 +236,7 @@ class GatherStatsPlan(Plan):
 
 def _build(problem: GatherStatsProblem, strategy: GatherStatsStrategy, rejected) -> GatherStatsPlan:
     soc = problem.soc
-    exact = soc.arch == "DAV_3510"
+    exact = support(OP, soc).tiling == "cann-ops-nn"
     common = dict(soc=soc, strategy=strategy, source="cann-ops-nn" if exact else "modeled", rejected=rejected,
                   n=problem.n, c=problem.c, dtype=problem.dtype)
     if strategy is GatherStatsStrategy.EMPTY:
@@ -311,6 +302,5 @@ def plan_batch_norm_gather_stats_with_counts(devices: int, channels: int, dtype=
 def _plan_cached(n, c, dtype, soc, strategy) -> GatherStatsPlan:
     if n < 0 or c < 0:
         raise TilingError(f"[{OP}] mean dims must be non-negative, got ({n}, {c})")
-    if dtype not in DTYPE_KEY:
-        raise TilingError(f"[{OP}] dtype must be one of {', '.join(DTYPE_KEY)}, got {dtype}")
+    require(OP, soc, dtype)
     return REGISTRY.plan(GatherStatsProblem(n, c, dtype, soc), strategy)

@@ -52,20 +52,13 @@ from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtyp
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
+from .support import require
 from .workspace import WorkspaceLayout, align_up
 
 OP = "batch_norm_stats"
 RESERVE_BYTES = 1024
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-#: Input dtypes the CANN product tables list for aclnnBatchNormStats, by architecture
-#: (no BF16 on A2, A3 and Atlas training; Atlas inference does not support the op).
-SUPPORTED_DTYPES: dict[str, tuple[str, ...]] = {
-    "DAV_2201": ("float32", "float16"),
-    "DAV_1001": ("float32", "float16"),
-    "DAV_3510": DTYPES,
-    "host": DTYPES,
-}
 
 
 class BatchNormStatsStrategy(enum.Enum):
@@ -91,11 +84,6 @@ class BatchNormStatsArgs(NamedTuple):
     core_count: np.ndarray
     sum_offset: int
     sqdev_offset: int
-
-
-def supported_dtypes(soc: SocSpec) -> tuple[str, ...]:
-    """Input dtypes the op accepts on ``soc``; empty when the SoC does not support the op."""
-    return SUPPORTED_DTYPES.get(soc.arch, ())
 
 
 @dataclass(frozen=True)
@@ -342,6 +330,5 @@ def _plan_cached(shape, dtype, soc, strategy) -> BatchNormStatsPlan:
         raise TilingError(f"[{OP}] input dims must be non-negative, got {shape}")
     if shape[1] == 0:
         raise TilingError(f"[{OP}] input dim 1 (C) must be positive, got shape {shape}")
-    if dtype not in DTYPES:
-        raise TilingError(f"[{OP}] dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+    require(OP, soc, dtype)
     return REGISTRY.plan(BatchNormStatsProblem(shape, dtype, soc), strategy)

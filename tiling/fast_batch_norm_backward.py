@@ -39,8 +39,9 @@ import numpy as np
 
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import Combine, LaneOrder, ReduceLevel, ReductionTree
-from .soc import SocSpec, get_soc
+from .soc import HOST, SocSpec, get_soc
 from .split import Split, SplitKind
+from .support import require, support
 from .workspace import WorkspaceLayout
 
 OP = "fast_batch_norm_backward"
@@ -305,7 +306,7 @@ def _quota(total: int, each: int, need: int, tail: int) -> Split:
 
 def template_ub_bytes(soc: SocSpec) -> int:
     """The UB the templates divide: the SoC's, capped at ``HOST_UB_BYTES`` on the host model."""
-    return min(soc.ub_bytes, HOST_UB_BYTES) if soc.arch == "host" else soc.ub_bytes
+    return min(soc.ub_bytes, HOST_UB_BYTES) if soc.arch == HOST else soc.ub_bytes
 
 
 #: Slots of 8 float32 (one 32-byte block) per core for each cross-core partial.
@@ -507,7 +508,7 @@ class FastBatchNormBackwardPlan(Plan):
 def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchNormBackwardPlan:
     b0, a, b1, transposed = p.fused
     cores = p.soc.vector_cores
-    exact = p.soc.arch == "DAV_2201"
+    exact = support(OP, p.soc).tiling == "cann-ops-nn"
     if strategy is S.EMPTY:  # the op_api returns before any tiling: no kernel, no workspace
         return FastBatchNormBackwardPlan(
             soc=p.soc, strategy=strategy, source="cann-ops-nn" if exact else "modeled", tiling_key=None, block_dim=0,
@@ -606,9 +607,7 @@ def plan_fast_batch_norm_backward(shape, dtype="float32", soc: str | SocSpec | N
 
 @lru_cache(maxsize=256)
 def _plan_cached(shape, dtype, weight, var, training, soc, strategy):
-    if soc.arch not in ("DAV_2201", "host"):
-        raise TilingError(f"[{OP}] BatchNormGradV3 exists only on Atlas A2/A3 (and the host model), not on "
-                          f"{soc.name}")
+    require(OP, soc, dtype)
     if not 2 <= len(shape) <= 8 or min(shape) < 0:
         raise TilingError(f"[{OP}] input must have rank 2 to 8 and no negative dim, got {shape}")
     if (dtype, weight, var) not in VALID_DTYPES:

@@ -46,6 +46,7 @@ from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtyp
 from .reduction import Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
+from .support import require, support
 from .workspace import Region, WorkspaceLayout
 
 OP = "group_norm_backward"
@@ -305,7 +306,8 @@ class GroupNormBackwardPlan(Plan):
 
 def _build(p: GroupNormBackwardProblem, strategy: S, rejected) -> GroupNormBackwardPlan:
     soc = p.soc
-    exact = soc.arch == "DAV_2201" and strategy is not S.ATOMIC  # CANN never picks atomic for N > 2
+    cann = support(OP, soc).tiling == "cann-ops-nn"
+    exact = cann and strategy is not S.ATOMIC  # CANN never picks atomic for N > 2
     common = dict(soc=soc, strategy=strategy, source="cann-ops-nn" if exact else "modeled", rejected=rejected,
                   n=p.n, c=p.c, hxw=p.hxw, g=p.g, dtype=p.dtype, out_dtype=p.out_dtype)
     if strategy is S.EMPTY:
@@ -343,7 +345,7 @@ def _build(p: GroupNormBackwardProblem, strategy: S, rejected) -> GroupNormBackw
     workspace = WorkspaceLayout(soc.system_workspace_bytes if used else 0, user, regions)
     tiling_data = {name: td[name] for name in TILING_DATA_FIELDS}
     return GroupNormBackwardPlan(
-        **common, tiling_key=key if soc.arch == "DAV_2201" else None, block_dim=used,
+        **common, tiling_key=key if cann else None, block_dim=used,
         core_split=Split.even(p.n * p.g, used),
         tree=ReductionTree(tuple(levels), LaneOrder.FOLD_HALVES), workspace=workspace, tiling_data=tiling_data,
         mode=td["Tiling_key"], mode0_groups=mode0_groups)
@@ -387,18 +389,12 @@ def plan_group_norm_backward(n: int, c: int, hxw: int, group: int, dtype="float3
 
 @lru_cache(maxsize=256)
 def _plan_cached(n, c, hxw, g, dtype, out_dtype, mask, soc, strategy) -> GroupNormBackwardPlan:
-    if soc.arch == "DAV_3510":
-        raise TilingError(f"[{OP}] the Ascend950 (arch35) GroupNormGrad tiling is not modeled; plan for an A2/A3 "
-                          "SoC or host")
-    if soc.arch not in ("DAV_2201", "host"):
-        raise TilingError(f"[{OP}] GroupNormGrad runs as its AscendC kernel only on Atlas A2/A3 (and the host model), "
-                          f"not on {soc.name}")
+    require(OP, soc)
     if min(n, c, hxw) < 0 or g <= 0:
         raise TilingError(f"[{OP}] N, C, HxW must be non-negative and group positive, got {n}, {c}, {hxw}, {g}")
     if c % g:
         raise TilingError(f"[{OP}] C={c} must be a multiple of group={g}")
-    if dtype not in DTYPES or out_dtype not in DTYPES:
-        raise TilingError(f"[{OP}] dtypes must be among {', '.join(DTYPES)}, got {dtype} and {out_dtype}")
-    if soc.arch == "DAV_2201" and out_dtype != dtype:
+    require(OP, soc, dtype)
+    if not require(OP, soc, out_dtype).mixed and out_dtype != dtype:
         raise TilingError(f"[{OP}] on {soc.name} mean's dtype must equal the input's ({dtype}), got {out_dtype}")
     return REGISTRY.plan(GroupNormBackwardProblem(n, c, hxw, g, dtype, out_dtype, mask, soc), strategy)

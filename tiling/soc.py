@@ -19,6 +19,13 @@ from pathlib import Path
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
+#: SoC families, by ``SocSpec.arch`` (the CANN ``__DAV_*__`` architecture macro, or ``host``).
+A2_A3 = "DAV_2201"
+ATLAS_TRAINING = "DAV_1001"
+ATLAS_INFERENCE = "DAV_2002"
+ASCEND950 = "DAV_3510"
+HOST = "host"
+
 #: Bytes that ``GetCoreMemSize(UB)`` withholds on Ascend910B / Ascend910_93 (``LOCAL_RESERV_SIZE``).
 ASCEND910B_UB_RESERVE = 256
 
@@ -78,7 +85,7 @@ def _ascend910b(name: str, vector: int, cube: int, l2: int, hbm: int, unverified
     return SocSpec(
         name=name,
         product="Atlas A2",
-        arch="DAV_2201",
+        arch=A2_A3,
         vector_cores=vector,
         cube_cores=cube,
         ub_bytes=196608 - ASCEND910B_UB_RESERVE,
@@ -105,18 +112,18 @@ _PRESETS: dict[str, SocSpec] = {
             product="Atlas A3",
         ),
         SocSpec(
-            name="Ascend910", product="Atlas training", arch="DAV_1001",
+            name="Ascend910", product="Atlas training", arch=ATLAS_TRAINING,
             vector_cores=32, cube_cores=32, ub_bytes=262144, ub_raw_bytes=262144,
             system_workspace_bytes=2 * MiB, l2_bytes=32 * MiB, hbm_bytes=32 * GiB, coupled=True,
             unverified=("vector_cores", "cube_cores", "ub_bytes", "ub_raw_bytes", "l2_bytes", "hbm_bytes"),
         ),
         SocSpec(
-            name="Ascend310P3", product="Atlas inference", arch="DAV_2002",
+            name="Ascend310P3", product="Atlas inference", arch=ATLAS_INFERENCE,
             vector_cores=8, cube_cores=8, ub_bytes=262144, ub_raw_bytes=262144,
             system_workspace_bytes=2 * MiB, l2_bytes=16 * MiB, hbm_bytes=40 * 10**9, coupled=True,
         ),
         SocSpec(
-            name="Ascend950", product="Ascend 950PR/950DT", arch="DAV_3510",
+            name="Ascend950", product="Ascend 950PR/950DT", arch=ASCEND950,
             vector_cores=64, cube_cores=32, ub_bytes=245760, ub_raw_bytes=245760,
             system_workspace_bytes=16 * MiB, l2_bytes=128 * MiB, hbm_bytes=0, coupled=False,
             unverified=("vector_cores", "cube_cores", "ub_bytes", "ub_raw_bytes", "l2_bytes", "hbm_bytes"),
@@ -162,7 +169,7 @@ def host_soc() -> SocSpec:
     """The SoC record of this machine (computed once per process)."""
     l2 = _host_cache_bytes(2, 1 * MiB)
     return SocSpec(
-        name="host", product="this CPU", arch="host",
+        name="host", product="this CPU", arch=HOST,
         vector_cores=_host_threads(), cube_cores=0, ub_bytes=l2, ub_raw_bytes=l2,
         system_workspace_bytes=0, l2_bytes=_host_cache_bytes(3, 32 * MiB), hbm_bytes=0, coupled=True,
     )

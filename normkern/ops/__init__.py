@@ -1,1 +1,7 @@
-"""One vertical slice per operator: api (validation, plan, kernel call), kernel, simulator, reference."""
+"""One vertical slice per operator: api (validation, plan, kernel call), kernel, simulator, reference, and
+its record in the op registry. Importing a slice registers it: one line per op."""
+
+from . import batch_norm_gather_stats as batch_norm_gather_stats
+from . import batch_norm_stats as batch_norm_stats
+from . import fast_batch_norm_backward as fast_batch_norm_backward
+from . import group_norm_backward as group_norm_backward

@@ -66,3 +66,18 @@ def test_an_edited_helper_misses_the_cache_and_recompiles(tmp_path):
     assert run("same") == {"hits": 1, "misses": 0}  # loaded
     assert run("edited") == {"hits": 0, "misses": 1}  # another helper version: compiled again
     assert run("same") == {"hits": 1, "misses": 0}  # the first version's entry is still there
+
+
+def test_the_test_run_keeps_its_numba_cache_out_of_the_source_tree():
+    """The README's promise: a test run caches its kernels in ``.numba-cache/tests`` (or in a set
+    NUMBA_CACHE_DIR, as CI sets it), never in ``__pycache__`` beside the sources."""
+    import numba
+    import numpy as np
+
+    root = Path(__file__).resolve().parents[2]
+    expected = os.environ.get("NUMBA_CACHE_DIR")
+    assert expected and numba.config.CACHE_DIR == expected
+    normkern.batch_norm_stats(np.ones((2, 3, 5), np.float32), 1e-5, soc="host")  # compiles or loads a kernel
+    stray = [str(p.relative_to(root)) for pattern in ("*.nbi", "*.nbc")
+             for p in (root / "normkern").rglob(pattern)]
+    assert stray == [], f"Numba cache files in the source tree (delete them): {stray[:3]}"

@@ -3,6 +3,9 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+import normkern
 import tiling
 from normkern.cli import main
 
@@ -28,7 +31,8 @@ def test_plan_table_and_errors(capsys):
     assert out.splitlines()[0].startswith("batch_norm_stats[atomic] Ascend910B2")
     assert re.search(r"^deterministic +False +derived from the reduction tree$", out, re.M)
     assert main(["plan", "batch_norm_stats", "--shape", "5"]) == 2
-    assert "input must have rank 2 to 8, got rank 1" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("normkern: error: [batch_norm_stats] --shape must be the input's shape "
+                                       "(e.g. 32,64,56,56), got '5'\n")
 
 
 def test_run_checks_against_reference_and_simulator():
@@ -36,7 +40,7 @@ def test_run_checks_against_reference_and_simulator():
                           "--soc", "host", "--repeat", "2", "--check", "--json"],
                          capture_output=True, text=True, check=True).stdout
     report = json.loads(out)
-    assert report["bitwise_equal_to_simulator"] is True and report["output1_max_err_rel_to_max"] < 1e-5
+    assert report["bitwise_equal_to_simulator"] is True and report["invstd_max_err_rel_to_max"] < 1e-5
 
 
 def test_gather_plan_on_the_950(capsys):
@@ -57,7 +61,7 @@ def test_run_fast_batch_norm_backward_on_the_a2_plan():
     report = json.loads(out)
     assert report["plan"].startswith("fast_batch_norm_backward[split_load_cross_core] Ascend910B2 key=40012")
     assert report["bitwise_equal_to_simulator"] is True
-    assert max(report[f"output{i}_max_err_rel_to_max"] for i in range(3)) < 1e-5
+    assert max(report[f"{name}_max_err_rel_to_max"] for name in ("grad_input", "grad_weight", "grad_bias")) < 1e-5
 
 
 def test_run_gather_stats_includes_the_running_update():
@@ -68,4 +72,59 @@ def test_run_gather_stats_includes_the_running_update():
     report = json.loads(out)
     assert report["plan"].startswith("batch_norm_gather_stats_with_counts[")
     assert report["bitwise_equal_to_simulator"] is True
-    assert max(report[f"output{i}_max_err_rel_to_max"] for i in range(4)) < 1e-5
+    assert max(report[f"{name}_max_err_rel_to_max"]
+               for name in ("mean_all", "invstd_all", "running_mean", "running_var")) < 1e-5
+
+
+@pytest.mark.parametrize("argv, message", [
+    ("run batch_norm_stats --shape 4,8,3,3 --soc Ascend310P3",
+     "[batch_norm_stats] soc must support aclnnBatchNormStats (CANN has no kernel for Atlas inference), got "
+     "Ascend310P3"),
+    ("plan batch_norm_stats --shape 4,8,3,3 --soc Ascend310P3",
+     "[batch_norm_stats] soc must support aclnnBatchNormStats (CANN has no kernel for Atlas inference), got "
+     "Ascend310P3"),
+    ("run batch_norm_gather_stats_with_counts --shape 4,8,3,3",
+     "[batch_norm_gather_stats_with_counts] --shape must be D,C, the shape of the per-device mean, got '4,8,3,3'"),
+    ("plan batch_norm_stats --shape 4,8,-3",
+     "[batch_norm_stats] --shape must be comma-separated non-negative ints, got '4,8,-3'"),
+    ("run batch_norm_stats --shape 4,8,3 --repeat 0", "[batch_norm_stats] --repeat must be at least 1, got 0"),
+    ("plan batch_norm_stats --shape 4,8,3,3 --dtype bfloat16",
+     "[batch_norm_stats] dtype must be one of float32, float16 on Ascend910B2, got bfloat16"),
+    ("run batch_norm_stats --shape 4,8,3,3 --dtype bfloat16",
+     "[batch_norm_stats] input dtype must be one of float32, float16 on Ascend910B2, got bfloat16"),
+    ("plan group_norm_backward --shape 4,8,3 --soc Ascend310P3",
+     "[group_norm_backward] soc must support aclnnGroupNormBackward (CANN has no kernel for Atlas inference), got "
+     "Ascend310P3"),
+    ("plan batch_norm_stats --shape 4,8 --group 2", "[batch_norm_stats] --group applies only to group_norm_backward"),
+    ("determinism batch_norm_stats --shape 4,8 --threads 1,x",
+     "[batch_norm_stats] --threads must be comma-separated ints, got '1,x'"),
+])
+def test_bad_calls_print_one_error_line_and_exit_2(argv, message):
+    """What the plan refuses, the run refuses too (one support table), each as one line naming the op."""
+    result = subprocess.run([sys.executable, "-m", "normkern", *argv.split()], capture_output=True, text=True)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"normkern: error: {message}\n")
+
+
+def test_run_names_every_output(capsys):
+    assert main(["run", "group_norm_backward", "--shape", "2,4,3", "--group", "2", "--soc", "host", "--repeat", "1",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [k for k in report if k.endswith("_max_err_rel_to_max")] == [
+        "grad_input_max_err_rel_to_max", "grad_gamma_max_err_rel_to_max", "grad_beta_max_err_rel_to_max"]
+
+
+def test_help_version_and_json_listings(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out == f"normkern {normkern.__version__}\n"
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    helptext = capsys.readouterr().out
+    assert "``" not in helptext and "default Ascend910B2" in helptext and "split_c, split_r, atomic" in helptext
+    assert main(["socs", "--json"]) == 0
+    socs = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in socs] == list(tiling.soc_names()) and socs[0]["ub_bytes"] == 196352
+    assert main(["ops", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"op": "batch_norm_stats", "family": "DAV_2201", "dtypes": ["float32", "float16"], "tiling": "modeled",
+            "note": "the A2/A3 kernel is closed TBE", "mixed": False} in rows

@@ -33,6 +33,10 @@ def _times_read(plan) -> np.ndarray:
 @given(shapes, st.sampled_from(("float32", "float16", "bfloat16")), st.sampled_from(SOCS),
        st.sampled_from((None, "split_c", "split_r", "atomic")))
 def test_every_plan_is_consistent(shape, dtype, soc, strategy):
+    if dtype not in tiling.support("batch_norm_stats", get_soc(soc)).dtypes:
+        with pytest.raises(TilingError, match=f"dtype must be one of .* on {soc}, got {dtype}"):
+            plan_batch_norm_stats(shape, dtype, soc, strategy)
+        return
     try:
         plan = plan_batch_norm_stats(shape, dtype, soc, strategy)
     except TilingError as exc:

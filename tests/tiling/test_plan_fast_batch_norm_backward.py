@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tiling
 from tiling import FastBatchNormBackwardStrategy as S
 from tiling import Plan, TilingError, plan_fast_batch_norm_backward
 from tiling.fast_batch_norm_backward import TILING_DATA_FIELDS, preprocess
@@ -68,7 +69,8 @@ def test_channel_split_uses_float32_ceil():
 
 
 def test_unsupported_socs_and_dtypes():
-    with pytest.raises(TilingError, match="only on Atlas A2/A3"):
+    with pytest.raises(tiling.UnsupportedError, match=r"must support aclnnFastBatchNormBackward \(CANN has no "
+                                                      r"kernel for Ascend 950PR/950DT\), got Ascend950"):
         plan_fast_batch_norm_backward((8, 64, 7, 7), "float32", "Ascend950")
     with pytest.raises(TilingError, match=r"\(float32, float16, float16\) are not a supported combination"):
         plan_fast_batch_norm_backward((8, 64, 7, 7), "float32", "Ascend910B2", weight_dtype="float16")

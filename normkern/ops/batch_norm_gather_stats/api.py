@@ -8,12 +8,12 @@ import numpy as np
 
 import tiling
 from tiling import GatherStatsStrategy
-from tiling.batch_norm_gather_stats import supported_dtypes
 
 from ... import _config
 from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
+    check_arrival_seed,
     check_channel_vector,
     check_not_null,
     check_overlaps,
@@ -68,14 +68,17 @@ def _plan(devices, channels, dtype, spec, forced):
 
 
 def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
-            soc=None, strategy=None, outputs_required=True) -> Executor:
+            soc=None, strategy=None, deterministic=None, arrival_seed=None, outputs_required=True) -> Executor:
     """All checks in the op_api order: null (161001), dtype, shape (161002); the 950 tiling's own
-    checks (momentum in [0, 1], eps > 0, invstd and running dtypes equal to mean's) give 561002."""
+    checks (momentum in [0, 1], eps > 0, invstd and running dtypes equal to mean's) give 561002.
+
+    Every plan of this op is deterministic (devices are added in a fixed order), so ``deterministic``
+    is only checked, and ``arrival_seed`` has no arrival order to replay."""
     check_not_null(OP, (("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts))
                    + ((("meanAll", mean_all), ("invstdAll", invstd_all)) if outputs_required else ()))
     spec = _config.resolve_soc(soc, OP)
-    allowed = supported_dtypes(spec)
-    check_supported(OP, "aclnnBatchNormGatherStatsWithCounts", spec, allowed)
+    allowed = check_supported(OP, spec)
+    entry = tiling.support(OP, spec)
     tensors = [("input", input), ("mean", mean), ("invstd", invstd), ("runningMean", running_mean),
                ("runningVar", running_var), ("counts", counts), ("meanAll", mean_all), ("invstdAll", invstd_all)]
     allowed_dtypes = _allowed_dtypes(allowed)
@@ -108,10 +111,10 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
                                     None)
     momentum = check_real(OP, "momentum", momentum)
     eps = check_real(OP, "eps", eps)
-    if spec.arch == "DAV_3510":
+    if entry.tiling == "cann-ops-nn":
         # The fused kernel's tiling, in its order: dtypes, then the attributes as float32.
         for name, value in (("invstd", invstd), ("runningMean", running_mean), ("runningVar", running_var)):
-            if value is not None and value.dtype != mean.dtype:
+            if value is not None and value.dtype != mean.dtype and not entry.mixed:
                 raise TilingError(OP, f"[{OP}] {name} dtype must equal mean's ({dtype_name(mean.dtype)}) on "
                                   f"{spec.name}, got {dtype_name(value.dtype)}")
         if not F32(0.0) <= F32(momentum) <= F32(1.0):
@@ -123,6 +126,8 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     check_overlaps(OP, (("meanAll", mean_all), ("invstdAll", invstd_all), ("runningMean", running_mean),
                         ("runningVar", running_var)), (("mean", mean), ("invstd", invstd), ("counts", counts)))
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
+    _config.resolve_deterministic(deterministic, OP)
+    check_arrival_seed(OP, arrival_seed)
     plan, geo_parallel, geo_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced)
     out_dtype = mean.dtype
 
@@ -154,15 +159,18 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
 
 
 def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts, *,
-                                        soc=None, strategy=None, out=None):
+                                        soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None):
     """Global ``(mean_all, invstd_all)`` from per-device ``mean``/``invstd`` (D, C) and ``counts`` (D,).
 
     ``input`` (rank 2-8) supplies only C. ``running_mean``/``running_var`` (C,), optional, are
     updated in place with ``momentum``; the running variance is unbiased (``var_sum / (W - 1)``).
     Outputs take ``mean``'s dtype; compute is float32. Counts are used as given (no truncation,
-    no guard): see the README for zero counts, a total of 1 and invstd <= 0.
+    no guard): see ``docs/ops/batch_norm_gather_stats_with_counts.md`` for zero counts, a total of 1
+    and invstd <= 0. Every plan is deterministic: ``deterministic`` and ``arrival_seed`` are checked
+    and change nothing.
     """
     mean_all, invstd_all = unpack_out(OP, out, "mean_all, invstd_all")
     executor = prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all,
-                       soc=soc, strategy=strategy, outputs_required=out is not None)
+                       soc=soc, strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                       outputs_required=out is not None)
     return executor.run_private()

@@ -6,7 +6,6 @@ import numpy as np
 
 import tiling
 from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
-from tiling.batch_norm_stats import supported_dtypes
 
 from ... import _config
 from ..._buffers import f32_buffer, in_order, write_back
@@ -54,8 +53,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     check_not_null(OP, (("input", input),) + ((("mean", mean), ("invstd", invstd)) if outputs_required else ()))
     spec = _config.resolve_soc(soc, OP)
     x = check_array(OP, "input", input)
-    allowed = supported_dtypes(spec)
-    check_supported(OP, "aclnnBatchNormStats", spec, allowed)
+    allowed = check_supported(OP, spec)
     if dtype_name(x.dtype) not in allowed:
         raise InvalidParameterError(OP, "input", f"dtype must be one of {', '.join(allowed)} on {spec.name}",
                                     dtype_name(x.dtype))

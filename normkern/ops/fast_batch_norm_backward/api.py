@@ -11,6 +11,7 @@ from ... import _config
 from ..._buffers import f32_buffer, write_back
 from ..._checks import (
     check_array,
+    check_arrival_seed,
     check_channel_vector,
     check_int,
     check_not_null,
@@ -32,8 +33,6 @@ from . import kernel
 OP = "fast_batch_norm_backward"
 F32 = np.float32
 DTYPES = ("float32", "float16", "bfloat16")
-#: The op exists (as BatchNormGradV3) on Atlas A2/A3; ``host`` runs our model of it.
-SUPPORTED_ARCHS = ("DAV_2201", "host")
 OUTPUTS = ("gradInput", "gradWeight", "gradBias")
 #: The training dx of a float32 grad_input at least this large, in rows (plane rows, or their HW
 #: blocks) of at least ``STREAM_MIN_ROW_BYTES``, is written with streaming stores
@@ -114,7 +113,7 @@ def unfused_view(plan: FastBatchNormBackwardPlan, dx3: np.ndarray) -> np.ndarray
 
 def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
             output_mask, version, grad_input, grad_weight, grad_bias, *, soc=None, strategy=None,
-            outputs_required=True) -> Executor:
+            deterministic=None, arrival_seed=None, outputs_required=True) -> Executor:
     """Check everything in the op_api order (``CheckParams`` of aclnn_fast_batch_norm_backward.cpp), plan,
     and bind a kernel call. Nothing is written before every check has passed.
 
@@ -123,16 +122,19 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     the required outputs, the optional inputs (161002); ranks and shapes of gradOut, input,
     gradInput, then weight/runningMean/runningVar (161002). Beyond CANN, which skips them:
     saveMean/saveInvstd and gradWeight/gradBias must have length C, so nothing is read or
-    written past a buffer; the call attributes must have their types.
+    written past a buffer; the call attributes must have their types. Every plan is deterministic
+    (core partials are added in core order), so ``deterministic`` and ``arrival_seed`` are only checked.
     """
     check_not_null(OP, (("gradOut", grad_out), ("input", input)))
     dy = check_array(OP, "gradOut", grad_out)
     x = check_array(OP, "input", input)
     spec = _config.resolve_soc(soc, OP)
     forced = parse_strategy(OP, FastBatchNormBackwardStrategy, strategy)
+    _config.resolve_deterministic(deterministic, OP)
+    check_arrival_seed(OP, arrival_seed)
     if x.size == 0 or dy.size == 0:
         return _empty_executor(spec, x, weight, output_mask, (grad_input, grad_weight, grad_bias), outputs_required)
-    check_supported(OP, "aclnnFastBatchNormBackward", spec, DTYPES if spec.arch in SUPPORTED_ARCHS else ())
+    check_supported(OP, spec)
     mask = _check_mask(output_mask)
     if outputs_required:
         check_not_null(OP, tuple((name, out) for name, out, m in zip(OUTPUTS, (grad_input, grad_weight, grad_bias),
@@ -212,7 +214,7 @@ def _empty_executor(spec, x, weight, output_mask, outputs, outputs_required) -> 
 
     The Pythonic layer still answers: an empty grad_input and zero sums for grad_weight/grad_bias."""
     plan = tiling.plan_fast_batch_norm_backward(x.shape if x.ndim >= 2 else (0, 0), "float32",
-                                                spec if spec.arch in SUPPORTED_ARCHS else "host", "empty")
+                                                spec if tiling.support(OP, spec).runs else "host", "empty")
     if outputs_required:
         return Executor(OP, plan, lambda workspace: outputs)
     mask = _check_mask(output_mask)
@@ -224,7 +226,7 @@ def _empty_executor(spec, x, weight, output_mask, outputs, outputs_required) -> 
 
 def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, running_mean, running_var, save_mean,
                              save_invstd, training: bool, eps: float, output_mask=(True, True, True), version: int = 0,
-                             *, soc=None, strategy=None, out=None):
+                             *, soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None):
     """Batch-norm backward over every axis but 1: ``(grad_input, grad_weight, grad_bias)``.
 
     Training uses ``save_mean`` and ``save_invstd`` (the reciprocal standard deviation, as PyTorch's
@@ -236,11 +238,13 @@ def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, ru
     grad_input takes grad_out's dtype; grad_weight and grad_bias take weight's (grad_out's when weight
     is None). Compute is float32. ``out=(grad_input, grad_weight, grad_bias)`` writes into
     preallocated arrays (None where masked). ``soc`` picks the plan (default Ascend910B2: the exact A2
-    tiling); ``strategy`` forces a template.
+    tiling); ``strategy`` forces a template. Every plan is deterministic: ``deterministic`` and
+    ``arrival_seed`` are checked and change nothing.
     """
     outputs = unpack_out(OP, out, "grad_input, grad_weight, grad_bias")
     executor = prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
-                       output_mask, version, *outputs, soc=soc, strategy=strategy, outputs_required=out is not None)
+                       output_mask, version, *outputs, soc=soc, strategy=strategy, deterministic=deterministic,
+                       arrival_seed=arrival_seed, outputs_required=out is not None)
     return executor.run_private()
 
 

@@ -31,10 +31,7 @@ from . import kernel
 
 OP = "group_norm_backward"
 F32 = np.float32
-#: Input dtypes by architecture (the aclnn product table; no bf16 on Atlas training, no op on 310P).
-SUPPORTED = {"DAV_2201": ("float32", "float16", "bfloat16"), "DAV_3510": ("float32", "float16", "bfloat16"),
-             "DAV_1001": ("float32", "float16"), "host": ("float32", "float16", "bfloat16")}
-#: mean dtypes allowed beside each grad_out dtype where mixed precision exists (950, and our host model).
+#: mean dtypes allowed beside each grad_out dtype where the support table allows mixed precision.
 MIXED = {"float32": ("float32",), "float16": ("float16", "float32"), "bfloat16": ("bfloat16", "float32")}
 OUTPUTS = ("gradInput", "gradGammaOut", "gradBetaOut")
 S = GroupNormBackwardStrategy
@@ -81,14 +78,15 @@ def _check_mask(output_mask, outputs, outputs_required) -> tuple[bool, bool, boo
 def _check_dtypes(spec, dy, x, mean, rstd, gamma, outputs, mask) -> None:
     """CheckDtypeValid: gradOut in the product's list; then equal dtypes (A2/A3), or the mixed pairs
     (mean float32 beside half activations) where the op supports them (950, host)."""
-    allowed = SUPPORTED[spec.arch]
+    entry = tiling.support(OP, spec)
+    allowed = entry.dtypes
     for name, value in (("gradOut", dy), ("input", x), ("mean", mean), ("rstd", rstd), ("gamma", gamma)):
         if value is not None:
             check_array(OP, name, value)
     dyt = dtype_name(dy.dtype)
     if dyt not in allowed:
         raise InvalidParameterError(OP, "gradOut", f"dtype must be one of {', '.join(allowed)} on {spec.name}", dyt)
-    mixed = spec.arch in ("DAV_3510", "host")
+    mixed = entry.mixed
     mean_t = dtype_name(mean.dtype)
     if mixed and mean_t not in MIXED[dyt]:
         raise InvalidParameterError(OP, "mean", f"dtype must be one of {', '.join(MIXED[dyt])} beside a {dyt} gradOut",
@@ -115,7 +113,7 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
     """
     check_not_null(OP, (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd)))
     spec = _config.resolve_soc(soc, OP)
-    check_supported(OP, "aclnnGroupNormBackward", spec, SUPPORTED.get(spec.arch, ()))
+    check_supported(OP, spec)
     outputs = (grad_input, grad_gamma, grad_beta)
     mask = _check_mask(output_mask, outputs, outputs_required)
     _check_dtypes(spec, grad_out, input, mean, rstd, gamma, outputs, mask)
@@ -124,7 +122,7 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
         raise InvalidParameterError(OP, "group", "must be greater than 0", g)
     if c % g:
         raise InvalidParameterError(OP, "group", f"must divide C={c}", g)
-    if spec.arch == "DAV_2201":
+    if spec.arch == tiling.A2_A3:  # the op_api's own limits there
         if c // g > tiling.group_norm_backward.UPPER_CARRYING_LIMIT:
             raise InvalidParameterError(OP, "group", f"must leave C/group <= 8000 on {spec.name} (C={c})", g)
         if c > tiling.group_norm_backward.MAX_C:
@@ -237,7 +235,7 @@ def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
 
 
 def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW: int, group: int,
-                        output_mask=(True, True, True), *, deterministic=None, soc=None, strategy=None,
+                        output_mask=(True, True, True), *, soc=None, strategy=None, deterministic=None,
                         arrival_seed=None, out=None):
     """Group-norm backward: ``(grad_input, grad_gamma, grad_beta)``, masked outputs None.
 

@@ -1,0 +1,36 @@
+"""BatchNormStats in the op registry: its aclnn entry, plan, simulator, reference and examples."""
+
+from __future__ import annotations
+
+import tiling
+
+from ..._dtypes import dtype_name
+from ..._registry import OpRecord, register
+from ...examples import activations
+from .api import OP, arrival_order, batch_norm_stats, bytes_moved, prepare
+from .reference import batch_norm_stats_reference
+from .simulator import simulate
+
+
+def aclnn_get_workspace_size(input, eps, mean, invstd, *, soc=None):
+    """First phase of aclnnBatchNormStats: ``(status, workspace_size, executor)``; the second phase
+    writes ``mean`` and ``invstd``."""
+    return prepare(input, eps, mean, invstd, soc=soc)
+
+
+def _plan(kw, soc, strategy):
+    return tiling.plan_batch_norm_stats(kw["input"].shape, dtype_name(kw["input"].dtype), soc, strategy)
+
+
+def _simulate(plan, kw):
+    return simulate(plan, kw["input"], kw["eps"], arrival_order(plan, 0))
+
+
+RECORD = register(OpRecord(
+    name=OP, function=batch_norm_stats, aclnn_prepare=aclnn_get_workspace_size,
+    outputs=("mean", "invstd"), strategies=tiling.BatchNormStatsStrategy,
+    plan=_plan, plan_shape=tiling.plan_batch_norm_stats,
+    simulate=_simulate, reference=lambda kw: batch_norm_stats_reference(kw["input"], kw["eps"]),
+    example=lambda shape, dtype, rng, *, eps: {"input": activations(rng, shape, dtype), "eps": eps},
+    bytes_moved=lambda kw: bytes_moved(kw["input"].shape, kw["input"].dtype),
+))
