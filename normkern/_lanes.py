@@ -15,10 +15,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
+from tiling.reduction import LANES
+
 from ._dtypes import to_f32
 from ._views import _CHECKED
 
-LANES = 64
 STEP = 4 * LANES
 
 

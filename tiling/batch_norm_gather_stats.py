@@ -21,8 +21,8 @@ priority    template               capable when                             spli
 buffer and the BRCB buffer fit. Workspace: ``coreNum * 4 + 16 MiB`` (channel split),
 ``(blockNum + 2) * cAlignM * 4 + 4 * coreNum + 16 MiB`` (first_axis_common) or ``(blockNum + 2) *
 cAlignV * 4 + 16 MiB`` (first_axis_workspace). ``tiling_data`` lists the TilingData fields in the
-order of the TilingData structs in ``sync_batch_norm_gather_stats_fused_tiling.h`` (momentum and eps,
-which the structs also carry, are call attributes, not part of a plan).
+order of the TilingData structs in ``sync_batch_norm_gather_stats_fused_tiling.h``, ending with the
+call's momentum and eps as float32.
 
 On A2/A3 and Atlas training the kernel is closed TBE: the same templates serve as a documented
 model (``source="modeled"``, ``tiling_key`` None) with those SoCs' cores, UB and system workspace;
@@ -46,7 +46,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
+from .plan import (
+    Plan,
+    Rejection,
+    Strategy,
+    StrategyRegistry,
+    TilingData,
+    TilingError,
+    dtype_name,
+    int_fields,
+    tiling_data_class,
+    unit,
+)
 from .reduction import Combine, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
@@ -71,24 +82,41 @@ class GatherStatsStrategy(enum.Enum):
 _TEMPLATE_KEY = {GatherStatsStrategy.COMMON: 1, GatherStatsStrategy.WORKSPACE: 2,
                  GatherStatsStrategy.FIRST_AXIS_COMMON: 3, GatherStatsStrategy.FIRST_AXIS_WORKSPACE: 4}
 FIRST_AXIS = (GatherStatsStrategy.FIRST_AXIS_COMMON, GatherStatsStrategy.FIRST_AXIS_WORKSPACE)
-#: The integer fields of each template's TilingData struct, in the order of
-#: ``sync_batch_norm_gather_stats_fused_tiling.h`` (each struct ends with the floats momentum and eps,
-#: which are call attributes rather than part of a plan).
-TILING_DATA_FIELDS = {
-    GatherStatsStrategy.COMMON: (
+_HEADER = "norm/sync_batch_norm_gather_stats_fused/op_host/sync_batch_norm_gather_stats_fused_tiling.h"
+#: Every struct ends with the call's momentum and eps, as float32.
+_ATTRIBUTES = (("momentum", float), ("eps", float))
+#: Each template's TilingData struct, every word in struct order.
+TILING_DATA = {
+    GatherStatsStrategy.COMMON: tiling_data_class("SyncBatchNormGatherStatsFusedTilingDataCommon", _HEADER, int_fields(
         "nLength", "cLength", "cFormerAlignV_", "cFormerAlignM_", "cTailAlignV_", "cTailAlignM_", "blockFormer",
         "blockNum", "blockTail", "ubFormer", "ubLoop", "ubTail", "wholeBufferByteSize", "nBufferByteSize",
-        "cBufferByteSize", "nBrcbBufferByteSize", "wholeBufferElemNums"),
-    GatherStatsStrategy.WORKSPACE: (
-        "nLength", "cLength", "blockFormer", "blockNum", "blockTail", "ubFormerOfFormer", "ubTailOfFormer",
-        "ubLoopOfFormer", "ubFormerOfTail", "ubTailOfTail", "ubLoopOfTail"),
-    GatherStatsStrategy.FIRST_AXIS_COMMON: (
-        "nLength", "cLength", "cAlignV", "cAlignM", "blockFormer", "blockNum", "blockTail", "ubFormer",
-        "ubLoopOfFormerBlock", "ubLoopOfTailBlock", "ubTailOfFormerBlock", "ubTailOfTailBlock",
-        "wholeBufferByteSize", "nBufferByteSize", "cBufferByteSize", "nBrcbBufferByteSize", "wholeBufferElemNums"),
-    GatherStatsStrategy.FIRST_AXIS_WORKSPACE: (
-        "nLength", "cLength", "cAlignV", "blockFormer", "blockNum", "blockTail", "ubFormer", "ubTail", "ubLoop"),
+        "cBufferByteSize", "nBrcbBufferByteSize", "wholeBufferElemNums") + _ATTRIBUTES),
+    GatherStatsStrategy.WORKSPACE: tiling_data_class(
+        "SyncBatchNormGatherStatsFusedTilingDataWorkspace", _HEADER, int_fields(
+            "nLength", "cLength", "blockFormer", "blockNum", "blockTail", "ubFormerOfFormer", "ubTailOfFormer",
+            "ubLoopOfFormer", "ubFormerOfTail", "ubTailOfTail", "ubLoopOfTail") + _ATTRIBUTES),
+    GatherStatsStrategy.FIRST_AXIS_COMMON: tiling_data_class(
+        "SyncBatchNormGatherStatsFusedTilingDataFirstAxisCommon", _HEADER, int_fields(
+            "nLength", "cLength", "cAlignV", "cAlignM", "blockFormer", "blockNum", "blockTail", "ubFormer",
+            "ubLoopOfFormerBlock", "ubLoopOfTailBlock", "ubTailOfFormerBlock", "ubTailOfTailBlock",
+            "wholeBufferByteSize", "nBufferByteSize", "cBufferByteSize", "nBrcbBufferByteSize",
+            "wholeBufferElemNums") + _ATTRIBUTES),
+    GatherStatsStrategy.FIRST_AXIS_WORKSPACE: tiling_data_class(
+        "SyncBatchNormGatherStatsFusedTilingDataFirstAxisWorkspace", _HEADER, int_fields(
+            "nLength", "cLength", "cAlignV", "blockFormer", "blockNum", "blockTail", "ubFormer", "ubTail",
+            "ubLoop") + _ATTRIBUTES),
 }
+#: The UB the host code keeps back before dividing it (``ubSizePlatForm - 1024``).
+UB_RESERVE = 1024
+FLOAT_DTYPE_SIZE = 4
+#: float32 buffers the workspace template divides its UB into (``WORKSPACE_MAX_BUFFER_NUM``), and the
+#: first-axis workspace template; buffers are rounded down to 16 elements (``WORKSPACE_B16_ALIGN_FACTOR``).
+WORKSPACE_MAX_BUFFER_NUM = 5
+FIRST_AXIS_WORKSPACE_MAX_BUFFER_NUM = 3
+WORKSPACE_B16_ALIGN_FACTOR = 16
+#: float32 channel buffers beside the ubFormer rows: four in ``common``, two in ``first_axis_common``.
+COMMON_CHANNEL_BUFFERS = 4
+FIRST_AXIS_COMMON_CHANNEL_BUFFERS = 2
 
 
 class GatherStatsArgs(NamedTuple):
@@ -111,6 +139,8 @@ class GatherStatsProblem:
     c: int
     dtype: str
     soc: SocSpec
+    momentum: float
+    eps: float
 
     @property
     def cores(self) -> int:
@@ -119,6 +149,10 @@ class GatherStatsProblem:
     @property
     def ub(self) -> int:
         return self.soc.ub_bytes
+
+
+def _align(value: int, block: int) -> int:
+    return _ceil_div(value, block) * block
 
 
 def _search_ub_former(ub_avail: int, c_align_m: int) -> tuple[int, dict]:
@@ -135,9 +169,9 @@ def _search_ub_former(ub_avail: int, c_align_m: int) -> tuple[int, dict]:
     return current, {}
 
 
-def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> dict[str, int]:
+def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> TilingData:
     n, c, cores, ub = problem.n, problem.c, problem.cores, problem.ub
-    half = problem.dtype != "float32"
+    f32_block, mean_block = problem.soc.block_elems("float32"), problem.soc.block_elems(problem.dtype)
     split_len = n if strategy in FIRST_AXIS else c
     block_former = _ceil_div(split_len, cores)
     block_num = _ceil_div(split_len, block_former)
@@ -145,12 +179,12 @@ def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> 
     td = {"nLength": n, "cLength": c, "blockFormer": block_former, "blockNum": block_num,
           "blockTail": block_tail}
     if strategy is GatherStatsStrategy.COMMON:
-        former_v, tail_v = _ceil_div(block_former, 8) * 8, _ceil_div(block_tail, 8) * 8
-        former_m = _ceil_div(block_former, 16) * 16 if half else former_v
-        tail_m = _ceil_div(block_tail, 16) * 16 if half else tail_v
+        former_v, tail_v = _align(block_former, f32_block), _align(block_tail, f32_block)
+        former_m, tail_m = _align(block_former, mean_block), _align(block_tail, mean_block)
         td.update({"cFormerAlignV_": former_v, "cFormerAlignM_": former_m, "cTailAlignV_": tail_v,
                    "cTailAlignM_": tail_m, "cBufferByteSize": former_m * 4})
-        ub_former, buffers = _search_ub_former(ub - former_m * 4 * 4 - 1024, former_m)
+        ub_former, buffers = _search_ub_former(
+            ub - former_m * FLOAT_DTYPE_SIZE * COMMON_CHANNEL_BUFFERS - UB_RESERVE, former_m)
         if ub_former <= 0:
             raise TilingError(f"[{OP}] common: Calculate ubFormer failed, ubFormer={ub_former}")
         ub_loop = _ceil_div(n, ub_former)
@@ -158,17 +192,18 @@ def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> 
         td.update({"wholeBufferElemNums": ub_former * former_m, "ubFormer": ub_former, "ubLoop": ub_loop,
                    "ubTail": n - (ub_loop - 1) * ub_former})
     elif strategy is GatherStatsStrategy.WORKSPACE:
-        max_buffer = (ub - 1024) // 5 // 4 // 16 * 16
+        max_buffer = (ub - UB_RESERVE) // WORKSPACE_MAX_BUFFER_NUM // FLOAT_DTYPE_SIZE // \
+            WORKSPACE_B16_ALIGN_FACTOR * WORKSPACE_B16_ALIGN_FACTOR
         for part, items in (("Former", block_former), ("Tail", block_tail)):
-            former = min(max_buffer, _ceil_div(items, 16) * 16)
+            former = min(max_buffer, _align(items, WORKSPACE_B16_ALIGN_FACTOR))
             loop = _ceil_div(items, former)
             td.update({f"ubFormerOf{part}": former, f"ubTailOf{part}": items - (loop - 1) * former,
                        f"ubLoopOf{part}": loop})
     elif strategy is GatherStatsStrategy.FIRST_AXIS_COMMON:
-        align_v = _ceil_div(c, 8) * 8
-        align_m = _ceil_div(c, 16) * 16 if half else align_v
+        align_v, align_m = _align(c, f32_block), _align(c, mean_block)
         td.update({"cAlignV": align_v, "cAlignM": align_m, "cBufferByteSize": align_m * 4})
-        ub_former, buffers = _search_ub_former(ub - align_m * 4 * 2 - 1024, align_m)
+        ub_former, buffers = _search_ub_former(
+            ub - align_m * FLOAT_DTYPE_SIZE * FIRST_AXIS_COMMON_CHANNEL_BUFFERS - UB_RESERVE, align_m)
         if ub_former <= 0:
             raise TilingError(f"[{OP}] first_axis_common: Calculate ubFormer failed, ubFormer={ub_former}")
         td.update(buffers)
@@ -178,13 +213,16 @@ def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> 
                    "ubTailOfTailBlock": block_tail - (loop_tail - 1) * ub_former,
                    "wholeBufferElemNums": ub_former * align_m})
     else:
-        align_v = _ceil_div(c, 16) * 16
-        max_buffer = (ub - 1024) // 3 // 4 // 16 * 16
+        align_v = _align(c, WORKSPACE_B16_ALIGN_FACTOR)
+        max_buffer = (ub - UB_RESERVE) // FIRST_AXIS_WORKSPACE_MAX_BUFFER_NUM // FLOAT_DTYPE_SIZE // \
+            WORKSPACE_B16_ALIGN_FACTOR * WORKSPACE_B16_ALIGN_FACTOR
         ub_former = min(max_buffer, align_v)
         ub_loop = _ceil_div(c, ub_former)
         td.update({"cAlignV": align_v, "ubFormer": ub_former, "ubTail": c - (ub_loop - 1) * ub_former,
                    "ubLoop": ub_loop})
-    return {field: td[field] for field in TILING_DATA_FIELDS[strategy]}
+    record = TILING_DATA[strategy]
+    words = {name: td[name] for name in record.__dataclass_fields__ if name in td}
+    return record.from_words(words | {"momentum": problem.momentum, "eps": problem.eps})
 
 
 def _workspace_user_bytes(problem: GatherStatsProblem, strategy, td: dict[str, int]) -> int:
@@ -216,6 +254,9 @@ class GatherStatsPlan(Plan):
             region = self.workspace.region("block_partials")
             if region.shape != (self.core_split.parts + 2, self.partial_pitch) or self.partial_pitch < self.c:
                 raise ValueError("workspace cannot hold one partial row per block plus two")
+
+    def tiling_data_class(self) -> type[TilingData]:
+        return TILING_DATA[self.strategy]
 
     def summary_ub(self) -> str:
         td = self.tiling_data or {}
@@ -293,14 +334,17 @@ REGISTRY = StrategyRegistry(OP, GatherStatsStrategy, tuple(
 
 def plan_batch_norm_gather_stats_with_counts(devices: int, channels: int, dtype="float32",
                                              soc: str | SocSpec | None = None,
-                                             strategy: str | GatherStatsStrategy | None = None) -> GatherStatsPlan:
-    """Plan the gather for ``mean`` of shape ``(devices, channels)`` and ``dtype`` on ``soc``."""
-    return _plan_cached(int(devices), int(channels), dtype_name(dtype), get_soc(soc), REGISTRY.parse(strategy))
+                                             strategy: str | GatherStatsStrategy | None = None, *,
+                                             momentum: float = 0.1, eps: float = 1e-5) -> GatherStatsPlan:
+    """Plan the gather for ``mean`` of shape ``(devices, channels)`` and ``dtype`` on ``soc``;
+    ``momentum`` and ``eps`` (the call's) are the struct's last words, as float32."""
+    return _plan_cached(int(devices), int(channels), dtype_name(dtype), get_soc(soc), REGISTRY.parse(strategy),
+                        float(np.float32(momentum)), float(np.float32(eps)))
 
 
 @lru_cache(maxsize=256)
-def _plan_cached(n, c, dtype, soc, strategy) -> GatherStatsPlan:
+def _plan_cached(n, c, dtype, soc, strategy, momentum, eps) -> GatherStatsPlan:
     if n < 0 or c < 0:
         raise TilingError(f"[{OP}] mean dims must be non-negative, got ({n}, {c})")
     require(OP, soc, dtype)
-    return REGISTRY.plan(GatherStatsProblem(n, c, dtype, soc), strategy)
+    return REGISTRY.plan(GatherStatsProblem(n, c, dtype, soc, momentum, eps), strategy)

@@ -50,7 +50,7 @@ import numpy as np
 
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
-from .soc import SocSpec, get_soc
+from .soc import DTYPE_BYTES, SocSpec, get_soc
 from .split import Split
 from .support import require
 from .workspace import WorkspaceLayout, align_up
@@ -58,7 +58,6 @@ from .workspace import WorkspaceLayout, align_up
 OP = "batch_norm_stats"
 RESERVE_BYTES = 1024
 DTYPES = ("float32", "float16", "bfloat16")
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 class BatchNormStatsStrategy(enum.Enum):
@@ -111,7 +110,9 @@ class BatchNormStatsProblem:
     @property
     def bytes_per_elem(self) -> int:
         """UB bytes per element: input copy (+ float32 cast for half) + pass-2 deviation buffer."""
-        return 8 if self.dtype == "float32" else DTYPE_BYTES[self.dtype] + 4 + 4
+        if self.dtype == "float32":
+            return 2 * DTYPE_BYTES["float32"]
+        return DTYPE_BYTES[self.dtype] + 2 * DTYPE_BYTES["float32"]
 
     @property
     def ub_block_elems(self) -> int:

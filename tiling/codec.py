@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import types
 import typing
+from collections.abc import Mapping
 from functools import cache
 
 
@@ -47,6 +48,8 @@ def from_data(hint, data):
         return {key_type(k): from_data(value_type, v) for k, v in data.items()}
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return hint(data)
+    if isinstance(hint, type) and issubclass(hint, Mapping) and not dataclasses.is_dataclass(hint):
+        return dict(data)  # an abstract record type: the plan makes its own record of the words
     if dataclasses.is_dataclass(hint):
         hints = _hints(hint)
         kwargs = {f.name: from_data(hints[f.name], data[f.name]) for f in dataclasses.fields(hint) if f.init}

@@ -22,8 +22,8 @@ Templates in priority order:
   ``bUbBlock < 2 * b1Align``, else whole planes over N (offset 1). Key 40001/40002, 20001/20002.
 
 Workspace: 16 MiB, plus ``blockDim * 8 * 4 * 2`` bytes for the cross-core partials.
-``tiling_data`` holds the integer TilingData fields in the struct order of ``batch_norm_grad_v3_tiling.h``
-(the float epsilon, a call attribute, is left out).
+``tiling_data`` is the template's TilingData struct of ``batch_norm_grad_v3_tiling.h``, every word in
+struct order, the float ``epsilon`` (the call's eps, as the host code copies it) last.
 """
 
 from __future__ import annotations
@@ -37,8 +37,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
-from .reduction import Combine, LaneOrder, ReduceLevel, ReductionTree
+from .plan import (
+    Plan,
+    Rejection,
+    Strategy,
+    StrategyRegistry,
+    TilingData,
+    TilingError,
+    dtype_name,
+    int_fields,
+    tiling_data_class,
+    unit,
+)
+from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import HOST, SocSpec, get_soc
 from .split import Split, SplitKind
 from .support import require, support
@@ -64,18 +75,37 @@ VALID_DTYPES = (
     ("float16", "float32", "float32"), ("bfloat16", "float32", "float32"),
     ("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32"),
 )
-TILING_DATA_FIELDS = {
-    "full_load": ("b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail", "cUbBlock",
-                  "needCoreNum"),
-    "split_load": ("b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail", "bUbBlock",
-                   "b0UbBlock", "bUbLoop", "bUbBlockTail", "b0UbBlockTail", "needCoreNum"),
-    "split_load_cross_core": (
-        "b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail", "bUbBlock", "b0UbBlock",
-        "bUbLoop", "bUbTailLoop", "bUbBlockTail", "b0UbBlockTail", "b0UbTailBlockTail", "needCoreNum",
-        "groupCore", "groupBlockNum", "groupBlockNumTail", "morehalfChannel", "groupBlockNumHalf",
-        "groupBlockNumHalfTail", "bUbLoopHalf", "b0UbBlockTailHalf", "bUbTailLoopHalf", "b0UbTailBlockTailHalf",
-        "moreMultiChannel", "bUbLoopMulti", "b0UbBlockTailMulti", "coreNum"),
-}
+_HEADER = "norm/batch_norm_grad_v3/op_host/batch_norm_grad_v3_tiling.h"
+_COMMON = ("b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail")
+_EPSILON = (("epsilon", float),)
+FullLoadTilingData = tiling_data_class("BatchNormGradV3FullLoadTilingData", _HEADER, int_fields(
+    *_COMMON, "cUbBlock", "needCoreNum") + _EPSILON)
+SplitLoadTilingData = tiling_data_class("BatchNormGradV3SplitLoadTilingData", _HEADER, int_fields(
+    *_COMMON, "bUbBlock", "b0UbBlock", "bUbLoop", "bUbBlockTail", "b0UbBlockTail", "needCoreNum") + _EPSILON)
+SplitLoadCrossCoreTilingData = tiling_data_class("BatchNormGradV3SplitLoadCrossCoreTilingData", _HEADER, int_fields(
+    *_COMMON, "bUbBlock", "b0UbBlock", "bUbLoop", "bUbTailLoop", "bUbBlockTail", "b0UbBlockTail",
+    "b0UbTailBlockTail", "needCoreNum", "groupCore", "groupBlockNum", "groupBlockNumTail", "morehalfChannel",
+    "groupBlockNumHalf", "groupBlockNumHalfTail", "bUbLoopHalf", "b0UbBlockTailHalf", "bUbTailLoopHalf",
+    "b0UbTailBlockTailHalf", "moreMultiChannel", "bUbLoopMulti", "b0UbBlockTailMulti", "coreNum") + _EPSILON)
+
+
+class FullLoadBudget(NamedTuple):
+    """The full-load template's UB budget in float32 blocks (``DoOpTiling`` of
+    ``batch_norm_grad_v3_fullload_tiling.cpp``): blocks that do not grow with the channels
+    (``noRelateBlockNum``), blocks per channel (``relateBlockNum``), and bAlign-sized buffers per
+    channel (``relateAlignBlockNum``)."""
+
+    no_relate_blocks: int
+    relate_blocks: int
+    relate_align_buffers: int
+
+
+FULL_LOAD_BUDGET = {True: FullLoadBudget(9 * 8 * 5, 9 * 4, 4), False: FullLoadBudget(9 * 8 * 4, 9 * 3, 3)}
+#: The split-load templates' UB (``batch_norm_grad_v3_splitload_tiling.cpp``): three float32 buffers a
+#: channel (weight, mean, variance), four float32 buffers an element of a pass (dy, x and two results).
+SPLIT_LOAD_CHANNEL_BUFFERS = 3
+SPLIT_LOAD_ELEMENT_BUFFERS = 4
+FLOAT32_BYTES = 4
 
 
 class FastBatchNormBackwardStrategy(enum.Enum):
@@ -154,6 +184,7 @@ class FastBatchNormBackwardProblem:
     var_dtype: str
     training: bool
     soc: SocSpec
+    epsilon: float
 
     @property
     def fused(self) -> tuple[int, int, int, bool]:
@@ -164,7 +195,8 @@ class FastBatchNormBackwardProblem:
 
     @property
     def align(self) -> int:
-        return 8 if self.dtype == "float32" else 16
+        """elements of the dy dtype in one UB block (32 bytes)"""
+        return self.soc.block_elems(self.dtype)
 
     @property
     def ub_bytes(self) -> int:
@@ -185,23 +217,22 @@ def _full_load(p: FastBatchNormBackwardProblem) -> tuple[dict, Split]:
     each = _fceil_div(a, p.soc.vector_cores)
     need = _fceil_div(a, each)
     tail = a - (need - 1) * each
-    if p.training:
-        relate, not_relate = p.b_align * 4 * 4 + 9 * 4 * 4, 9 * 8 * 5 * 4
-    else:
-        relate, not_relate = p.b_align * 4 * 3 + 9 * 3 * 4, 9 * 8 * 4 * 4
-    c_ub_block = (p.ub_bytes - not_relate) // relate
-    td = {"b1Dim": b1, "aDim": a, "b0Dim": b0, "bAlign": p.b_align, "coreChannelNum": each,
-          "coreChannelNumTail": tail, "cUbBlock": c_ub_block, "needCoreNum": need}
+    budget = FULL_LOAD_BUDGET[p.training]
+    relate = (p.b_align * budget.relate_align_buffers + budget.relate_blocks) * FLOAT32_BYTES
+    c_ub_block = (p.ub_bytes - budget.no_relate_blocks * FLOAT32_BYTES) // relate
+    td = FullLoadTilingData(b1Dim=b1, aDim=a, b0Dim=b0, bAlign=p.b_align, coreChannelNum=each,
+                            coreChannelNumTail=tail, cUbBlock=c_ub_block, needCoreNum=need, epsilon=p.epsilon)
     return td, _quota(a, each, need, tail)
 
 
 def _b_ub_block(p: FastBatchNormBackwardProblem, channels: int) -> int:
     aligned = -(-channels // p.align) * p.align
-    block = (p.ub_bytes - aligned * 3 * 4) // (4 * 4)
+    block = (p.ub_bytes - aligned * SPLIT_LOAD_CHANNEL_BUFFERS * FLOAT32_BYTES) // \
+        (SPLIT_LOAD_ELEMENT_BUFFERS * FLOAT32_BYTES)
     return block // p.align * p.align
 
 
-def _split_load(p: FastBatchNormBackwardProblem) -> tuple[dict, Split, int]:
+def _split_load(p: FastBatchNormBackwardProblem) -> tuple[TilingData, Split, int]:
     """The tiling data, the channel split, and the key offset (0: split HW, 1: split N)."""
     b0, a, b1, _ = p.fused
     each = _fceil_div(a, p.soc.vector_cores)
@@ -222,13 +253,14 @@ def _split_load(p: FastBatchNormBackwardProblem) -> tuple[dict, Split, int]:
         loop = -(-b0 // planes)
         td.update(b0UbBlock=planes, bUbLoop=loop, b0UbBlockTail=b0 - (loop - 1) * planes)
         offset = 1
-    return td, _quota(a, each, need, tail), offset
+    return SplitLoadTilingData.from_words(td | {"epsilon": p.epsilon}), _quota(a, each, need, tail), offset
 
 
-def _cross_core(p: FastBatchNormBackwardProblem) -> dict:
+def _cross_core(p: FastBatchNormBackwardProblem) -> tuple[TilingData, int]:
+    """The tiling data and the key offset (0: split HW, 1: split N)."""
     b0, a, b1, _ = p.fused
     cores = p.soc.vector_cores
-    td = dict.fromkeys(TILING_DATA_FIELDS["split_load_cross_core"], 0)
+    td = dict.fromkeys(SplitLoadCrossCoreTilingData.__dataclass_fields__, 0)
     each = a // cores
     b_ub_block = _b_ub_block(p, each)
     if b_ub_block <= 0:
@@ -292,8 +324,8 @@ def _cross_core(p: FastBatchNormBackwardProblem) -> dict:
                 td["b0UbBlockTail"] = td["groupBlockNum"] - (td["bUbLoop"] - 1) * planes
                 td["bUbTailLoop"] = -(-td["groupBlockNumTail"] // planes)
                 td["b0UbTailBlockTail"] = td["groupBlockNumTail"] - (td["bUbTailLoop"] - 1) * planes
-    td["_offset"] = offset
-    return td
+    td["epsilon"] = p.epsilon
+    return SplitLoadCrossCoreTilingData.from_words(td), offset
 
 
 def _quota(total: int, each: int, need: int, tail: int) -> Split:
@@ -337,6 +369,10 @@ class FastBatchNormBackwardPlan(Plan):
     b1: int = unit("elements", "fused B1 (HW)")
     b1_align: int = unit("elements", "B1 rounded up to a 32-byte block")
     b_align: int = unit("elements", "b1Align * B0")
+
+    def tiling_data_class(self) -> type[TilingData]:
+        return {S.FULL_LOAD: FullLoadTilingData, S.SPLIT_LOAD: SplitLoadTilingData,
+                S.SPLIT_LOAD_CROSS_CORE: SplitLoadCrossCoreTilingData}[self.strategy]
 
     @property
     def ub_bytes(self) -> int:
@@ -421,8 +457,8 @@ class FastBatchNormBackwardPlan(Plan):
             if prod(self.shape):
                 raise ValueError("an empty plan for a non-empty problem")
             return
-        if self.tiling_data is None or tuple(self.tiling_data) != TILING_DATA_FIELDS[self.strategy.value]:
-            raise ValueError("tiling_data must hold the TilingData fields of the template, in struct order")
+        if type(self.tiling_data) is not self.tiling_data_class():
+            raise ValueError(f"tiling_data must be a {self.tiling_data_class().struct}")
         if self.core_split.total != self.a and self.strategy is not S.SPLIT_LOAD_CROSS_CORE:
             raise ValueError(f"core split covers {self.core_split.total} channels, expected {self.a}")
         pass_len = self.hw_block if self.split_hw else self.planes_per_pass * self.b1_align
@@ -515,7 +551,7 @@ def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchN
             core_split=Split.even(0, cores), tree=ReductionTree(()), workspace=WorkspaceLayout(0, 0),
             rejected=rejected, tiling_data=None, shape=p.shape, dtype=p.dtype, weight_dtype=p.weight_dtype,
             training=p.training, transposed=False, b0=b0, a=a, b1=b1, b1_align=0, b_align=0)
-    fold = ReduceLevel("lanes", Combine.PAIRWISE, 64,
+    fold = ReduceLevel("lanes", Combine.PAIRWISE, LANES,
                        "ReduceSum of the buffer: fold halves down to 64, then pairwise (A2 order, modeled)")
     regions: tuple = ()
     if strategy is S.FULL_LOAD:
@@ -530,8 +566,7 @@ def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchN
         levels = (ReduceLevel("ub_passes", Combine.SEQUENTIAL, td["bUbLoop"] * (b0 if offset == 0 else 1),
                               "a channel's UB passes added elementwise, in order"), fold)
     else:
-        td = _cross_core(p)
-        offset = td.pop("_offset")
+        td, offset = _cross_core(p)
         key = (KEY_TRAIN_SPLIT_LOAD if p.training else KEY_INFER_SPLIT_LOAD) + CROSS_CORE_KEY_OFFSET + offset
         block_dim = cores if td["moreMultiChannel"] or td["morehalfChannel"] else td["needCoreNum"]
         core_split = Split.even(block_dim, block_dim)
@@ -595,22 +630,23 @@ REGISTRY = StrategyRegistry(OP, S, tuple(
 
 def plan_fast_batch_norm_backward(shape, dtype="float32", soc: str | SocSpec | None = None,
                                   strategy: str | S | None = None, *, training: bool = True,
-                                  weight_dtype=None, var_dtype=None) -> FastBatchNormBackwardPlan:
+                                  weight_dtype=None, var_dtype=None, epsilon: float = 1e-5
+                                  ) -> FastBatchNormBackwardPlan:
     """Plan BatchNormGradV3 for ``grad_out``/``input`` of ``shape``; weight and statistics dtypes
-    default to ``dtype``."""
+    default to ``dtype``. ``epsilon`` (the call's eps) is the struct's last word, as a float32."""
     name = dtype_name(dtype)
     weight = name if weight_dtype is None else dtype_name(weight_dtype)
     var = weight if var_dtype is None else dtype_name(var_dtype)
     return _plan_cached(tuple(int(d) for d in shape), name, weight, var, bool(training), get_soc(soc),
-                        REGISTRY.parse(strategy))
+                        REGISTRY.parse(strategy), float(np.float32(epsilon)))
 
 
 @lru_cache(maxsize=256)
-def _plan_cached(shape, dtype, weight, var, training, soc, strategy):
+def _plan_cached(shape, dtype, weight, var, training, soc, strategy, epsilon):
     require(OP, soc, dtype)
     if not 2 <= len(shape) <= 8 or min(shape) < 0:
         raise TilingError(f"[{OP}] input must have rank 2 to 8 and no negative dim, got {shape}")
     if (dtype, weight, var) not in VALID_DTYPES:
         raise TilingError(f"[{OP}] dtypes (dy, weight, running_var) = ({dtype}, {weight}, {var}) are not a "
                           "supported combination")
-    return REGISTRY.plan(FastBatchNormBackwardProblem(shape, dtype, weight, var, training, soc), strategy)
+    return REGISTRY.plan(FastBatchNormBackwardProblem(shape, dtype, weight, var, training, soc, epsilon), strategy)

@@ -42,9 +42,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
-from .reduction import Combine, LaneOrder, ReduceLevel, ReductionTree
-from .soc import SocSpec, get_soc
+from .plan import (
+    Plan,
+    Rejection,
+    Strategy,
+    StrategyRegistry,
+    TilingData,
+    TilingError,
+    dtype_name,
+    int_fields,
+    tiling_data_class,
+    unit,
+)
+from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
+from .soc import DTYPE_BYTES, SocSpec, get_soc
 from .split import Split
 from .support import require, support
 from .workspace import Region, WorkspaceLayout
@@ -59,12 +70,13 @@ STEP_SIZE = 64
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_KEY = {"float32": 0, "float16": 1, "bfloat16": 2}
 MODE_0, MODE_1, MODE_2, MODE_3, MODE_5 = 0, 1, 2, 3, 5
-TILING_DATA_FIELDS = (
-    "Tiling_key", "N", "C", "HXW", "G", "NXG", "C_G", "task_num_per_core", "task_num_per_tail_core", "tail_core",
-    "mode1_ub_cap_C_num", "mode1_ub_iter_C_num", "mode1_ub_tail_C_num", "mode2_ub_capacity_ele",
-    "mode2_ub_iteration_num", "mode2_ub_tail_num", "workSpaceSize", "stage2CoreUsed", "castEleNum", "tailCastNum",
-    "coreBatchParts", "coreBatchPartsTailRepeat", "repeatTime4Stage2", "dx_is_require", "dgamma_is_require",
-    "dbeta_is_require")
+GroupNormGradTilingData = tiling_data_class(
+    "GroupNormGradTilingData", "norm/group_norm_grad/op_host/group_norm_grad_tiling.h", int_fields(
+        "Tiling_key", "N", "C", "HXW", "G", "NXG", "C_G", "task_num_per_core", "task_num_per_tail_core", "tail_core",
+        "mode1_ub_cap_C_num", "mode1_ub_iter_C_num", "mode1_ub_tail_C_num", "mode2_ub_capacity_ele",
+        "mode2_ub_iteration_num", "mode2_ub_tail_num", "workSpaceSize", "stage2CoreUsed", "castEleNum",
+        "tailCastNum", "coreBatchParts", "coreBatchPartsTailRepeat", "repeatTime4Stage2", "dx_is_require",
+        "dgamma_is_require", "dbeta_is_require"))
 
 
 class GroupNormBackwardStrategy(enum.Enum):
@@ -137,15 +149,18 @@ class GroupNormBackwardProblem:
 
     @property
     def dtype_bytes(self) -> int:
-        return 4 if self.dtype == "float32" else 6
+        """dtypeBytes: a half element is held beside its float32 copy"""
+        float32 = DTYPE_BYTES["float32"]
+        return float32 if self.dtype == "float32" else DTYPE_BYTES[self.dtype] + float32
 
     @property
     def ele_per_block(self) -> int:
-        return 8 if self.dtype == "float32" else 16
+        return self.soc.block_elems(self.dtype)
 
 
-def _stage1(p: GroupNormBackwardProblem) -> dict[str, int]:
-    """PlanStepCoreUsage and CalStage1TilingInfo."""
+def _stage1(p: GroupNormBackwardProblem) -> tuple[dict[str, int], int, int]:
+    """PlanStepCoreUsage and CalStage1TilingInfo: the struct's words so far, coreNumUsed and
+    mode0UbCapGNum (two values the host code keeps outside the struct)."""
     cores, ub = p.soc.vector_cores, p.soc.ub_bytes
     nxg = p.n * p.g
     epb, dbytes = p.ele_per_block, p.dtype_bytes
@@ -163,7 +178,7 @@ def _stage1(p: GroupNormBackwardProblem) -> dict[str, int]:
     mode0 = 0 if ub < reserve + unaligned else \
         (ub - reserve - unaligned) // _u32(ceil_u32(p.c_g * p.hxw, epb) * dbytes * UB_COPIES)
     mode1 = (ub - reserve) // _u32(ceil_u32(p.hxw, epb) * dbytes * UB_COPIES)
-    td = dict.fromkeys(TILING_DATA_FIELDS, 0)
+    td = dict.fromkeys(GroupNormGradTilingData.__dataclass_fields__, 0)
     td.update(N=p.n, C=p.c, HXW=p.hxw, G=p.g, NXG=nxg, C_G=p.c_g, task_num_per_core=tpc,
               task_num_per_tail_core=tptc, tail_core=tail_core, mode1_ub_cap_C_num=_u32(mode1))
     if mode1 > 0:
@@ -187,14 +202,11 @@ def _stage1(p: GroupNormBackwardProblem) -> dict[str, int]:
         td.update(mode2_ub_capacity_ele=cap, mode2_ub_iteration_num=iters,
                   mode2_ub_tail_num=cap if p.hxw - iters * cap == 0 else p.hxw - (iters - 1) * cap)
     td["Tiling_key"] = mode
-    td["_core_num_used"] = used
-    td["_mode0_groups"] = _u32(mode0)
-    return td
+    return td, used, _u32(mode0)
 
 
-def _stage2(p: GroupNormBackwardProblem, td: dict, workspace_path: bool) -> int:
+def _stage2(p: GroupNormBackwardProblem, td: dict, used: int, workspace_path: bool) -> int:
     """CalStage2TilingInfo; returns the user workspace bytes."""
-    used = td["_core_num_used"]
     available = (p.soc.ub_bytes - RESERVE_SPACE) // 2
     fp32_out = p.out_dtype == "float32"
     if workspace_path:
@@ -267,8 +279,8 @@ class GroupNormBackwardPlan(Plan):
     def check(self) -> None:
         if self.strategy is S.EMPTY:
             return
-        if tuple(self.tiling_data) != TILING_DATA_FIELDS:
-            raise ValueError("tiling_data must hold the GroupNormGradTilingData fields in struct order")
+        if type(self.tiling_data) is not GroupNormGradTilingData:
+            raise ValueError("tiling_data must be a GroupNormGradTilingData")
         if self.core_split.total != self.n * self.g:
             raise ValueError(f"core split covers {self.core_split.total} tasks, expected N*G = {self.n * self.g}")
         td = self.tiling_data
@@ -284,6 +296,9 @@ class GroupNormBackwardPlan(Plan):
             if halves * td["stage2CoreUsed"] > self.block_dim:
                 raise ValueError("stage 2 needs more cores than the plan launches")
 
+    def tiling_data_class(self) -> type[TilingData]:
+        return GroupNormGradTilingData
+
     def summary_ub(self) -> str:
         return f"mode{self.mode} {self.dtype}" if self.strategy is not S.EMPTY else "-"
 
@@ -295,7 +310,7 @@ class GroupNormBackwardPlan(Plan):
         offsets = [0, td["workSpaceSize"]]  # the dbeta array starts workSpaceSize floats after the dgamma array
         return GroupNormBackwardArgs(
             n=self.n, c=self.c, hxw=self.hxw, g=self.g, c_g=self.c_g, mode=self.mode,
-            chunk=td["mode2_ub_capacity_ele"], align=8 if self.dtype == "float32" else 16,
+            chunk=td["mode2_ub_capacity_ele"], align=self.soc.block_elems(self.dtype),
             core_start=np.array([s for s, _ in ranges], np.int64),
             core_count=np.array([k for _, k in ranges], np.int64),
             pair_rows=rows, row_halves=2 if fp32_halves else 1,
@@ -314,14 +329,12 @@ def _build(p: GroupNormBackwardProblem, strategy: S, rejected) -> GroupNormBackw
         return GroupNormBackwardPlan(**common, tiling_key=None, block_dim=0, core_split=Split.even(0, 1),
                                      tree=ReductionTree(()), workspace=WorkspaceLayout(0, 0), tiling_data=None,
                                      mode=-1, mode0_groups=0)
-    td = _stage1(p)
+    td, used, mode0_groups = _stage1(p)
     workspace_path = strategy is S.CANN and p.n > 2
-    user = _stage2(p, td, workspace_path)
-    used = td.pop("_core_num_used")
-    mode0_groups = td.pop("_mode0_groups")
+    user = _stage2(p, td, used, workspace_path)
     td.update(dx_is_require=int(p.mask[0]), dgamma_is_require=int(p.mask[1]), dbeta_is_require=int(p.mask[2]))
     key = DTYPE_KEY[p.dtype] + 10 * int(workspace_path)
-    lanes = ReduceLevel("lanes", Combine.PAIRWISE, 64, "a channel's HxW (or chunk): fold halves, then pairwise")
+    lanes = ReduceLevel("lanes", Combine.PAIRWISE, LANES, "a channel's HxW (or chunk): fold halves, then pairwise")
     levels = [lanes]
     if td["Tiling_key"] == MODE_3:
         levels.append(ReduceLevel("chunks", Combine.SEQUENTIAL, td["mode2_ub_iteration_num"],
@@ -343,7 +356,7 @@ def _build(p: GroupNormBackwardProblem, strategy: S, rejected) -> GroupNormBackw
     name = "partials" if workspace_path else "accumulators"
     regions = (Region(name, 0, user, "float32", shape),) if shape else ()
     workspace = WorkspaceLayout(soc.system_workspace_bytes if used else 0, user, regions)
-    tiling_data = {name: td[name] for name in TILING_DATA_FIELDS}
+    tiling_data = GroupNormGradTilingData.from_words(td)
     return GroupNormBackwardPlan(
         **common, tiling_key=key if cann else None, block_dim=used,
         core_split=Split.even(p.n * p.g, used),

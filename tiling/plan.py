@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -45,6 +45,47 @@ def unit(text: str, doc: str = ""):
     return field(metadata={"unit": text, "doc": doc})
 
 
+class TilingData(Mapping):
+    """A CANN TilingData struct as the host code fills it: a frozen record whose fields are the
+    struct's, named and ordered as in the op's ``*_tiling.h``, and a read-only mapping of those names
+    to their words. Values the planner derives besides them live on the plan, never here."""
+
+    #: The struct's name and the header that declares it.
+    struct: ClassVar[str] = ""
+    header: ClassVar[str] = ""
+
+    def __getitem__(self, name: str):
+        if name not in self.__dataclass_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self):
+        return iter(self.__dataclass_fields__)
+
+    def __len__(self) -> int:
+        return len(self.__dataclass_fields__)
+
+    @classmethod
+    def from_words(cls, words: Mapping) -> TilingData:
+        """The record of ``words``, which must name every field of the struct and nothing else."""
+        if list(words) != list(cls.__dataclass_fields__):
+            raise ValueError(f"{cls.struct} words must be {', '.join(cls.__dataclass_fields__)} in that order, "
+                             f"got {', '.join(words)}")
+        return cls(**words)
+
+
+def tiling_data_class(struct: str, header: str, fields: tuple[tuple[str, type], ...]) -> type[TilingData]:
+    """A frozen ``TilingData`` record of ``struct`` with ``fields`` (name, int or float) in struct order."""
+    cls = dataclasses.make_dataclass(struct, list(fields), bases=(TilingData,), frozen=True)
+    cls.struct, cls.header = struct, header
+    cls.__doc__ = f"``{struct}`` of ``{header}``: {', '.join(name for name, _ in fields)}."
+    return cls
+
+
+def int_fields(*names: str) -> tuple[tuple[str, type], ...]:
+    return tuple((name, int) for name in names)
+
+
 @dataclass(frozen=True)
 class Rejection:
     """Why a strategy was not chosen. ``hard``: it cannot run this problem at all."""
@@ -72,7 +113,7 @@ class Plan:
     tree: ReductionTree = unit("", "reduction order, innermost level first")
     workspace: WorkspaceLayout = unit("bytes", "system + user workspace")
     rejected: tuple[Rejection, ...] = unit("", "strategies tried before this one, and why not")
-    tiling_data: dict[str, int] | None = unit("", "CANN TilingData fields, where reproduced")
+    tiling_data: TilingData | None = unit("", "CANN TilingData struct, where reproduced")
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,6 +121,8 @@ class Plan:
             Plan._registry[cls.op] = cls
 
     def __post_init__(self) -> None:
+        if isinstance(self.tiling_data, dict):  # from JSON: the words, made the template's record again
+            object.__setattr__(self, "tiling_data", self.tiling_data_class().from_words(self.tiling_data))
         if self.source not in ("cann-ops-nn", "modeled"):
             raise ValueError(f"plan source must be 'cann-ops-nn' or 'modeled', got {self.source!r}")
         if self.core_split.parts > self.block_dim:
@@ -94,6 +137,10 @@ class Plan:
 
     def check(self) -> None:
         """Op-specific invariants; subclasses raise ValueError when one fails."""
+
+    def tiling_data_class(self) -> type[TilingData]:
+        """The TilingData record of this plan's template (plans that reproduce CANN code override it)."""
+        raise ValueError(f"{type(self).__name__} has no CANN TilingData")
 
     @property
     def deterministic(self) -> bool:

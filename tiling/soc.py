@@ -26,6 +26,9 @@ ATLAS_INFERENCE = "DAV_2002"
 ASCEND950 = "DAV_3510"
 HOST = "host"
 
+#: Bytes of one element of each dtype the ops take.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
 #: Bytes that ``GetCoreMemSize(UB)`` withholds on Ascend910B / Ascend910_93 (``LOCAL_RESERV_SIZE``).
 ASCEND910B_UB_RESERVE = 256
 
@@ -74,6 +77,10 @@ class SocSpec:
             cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    def block_elems(self, dtype: str) -> int:
+        """Elements of ``dtype`` in one UB block (8 float32 or 16 half in a 32-byte block)."""
+        return self.ub_block_bytes // DTYPE_BYTES[dtype]
 
     @property
     def vreg_lanes_f32(self) -> int:

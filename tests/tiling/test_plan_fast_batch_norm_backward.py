@@ -7,7 +7,20 @@ from hypothesis import strategies as st
 import tiling
 from tiling import FastBatchNormBackwardStrategy as S
 from tiling import Plan, TilingError, plan_fast_batch_norm_backward
-from tiling.fast_batch_norm_backward import TILING_DATA_FIELDS, preprocess
+from tiling.fast_batch_norm_backward import preprocess
+
+#: BatchNormGradV3SplitLoadCrossCoreTilingData, as batch_norm_grad_v3_tiling.h declares it.
+CROSS_CORE_STRUCT = (
+    "b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail", "bUbBlock", "b0UbBlock", "bUbLoop",
+    "bUbTailLoop", "bUbBlockTail", "b0UbBlockTail", "b0UbTailBlockTail", "needCoreNum", "groupCore", "groupBlockNum",
+    "groupBlockNumTail", "morehalfChannel", "groupBlockNumHalf", "groupBlockNumHalfTail", "bUbLoopHalf",
+    "b0UbBlockTailHalf", "bUbTailLoopHalf", "b0UbTailBlockTailHalf", "moreMultiChannel", "bUbLoopMulti",
+    "b0UbBlockTailMulti", "coreNum", "epsilon")
+FULL_LOAD_STRUCT = ("b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail", "cUbBlock",
+                    "needCoreNum", "epsilon")
+SPLIT_LOAD_STRUCT = ("b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail", "bUbBlock",
+                     "b0UbBlock", "bUbLoop", "bUbBlockTail", "b0UbBlockTail", "needCoreNum", "epsilon")
+STRUCTS = {S.FULL_LOAD: FULL_LOAD_STRUCT, S.SPLIT_LOAD: SPLIT_LOAD_STRUCT, S.SPLIT_LOAD_CROSS_CORE: CROSS_CORE_STRUCT}
 
 MiB16 = 16 * 1024 * 1024
 
@@ -38,7 +51,7 @@ def test_worked_example_cross_core():
     assert (td["coreChannelNum"], td["bUbBlock"], td["b0UbBlock"]) == (5, 12256, 3)
     assert (td["groupCore"], td["groupBlockNum"], td["groupBlockNumTail"], td["moreMultiChannel"]) == (3, 11, 10, 1)
     assert plan.workspace.total_bytes == MiB16 + 3072
-    assert tuple(td) == TILING_DATA_FIELDS["split_load_cross_core"]
+    assert tuple(td) == CROSS_CORE_STRUCT and type(td).struct == "BatchNormGradV3SplitLoadCrossCoreTilingData"
 
 
 def test_inference_keys_and_limit():
@@ -86,7 +99,7 @@ def test_unsupported_socs_and_dtypes():
 def test_every_plan_is_consistent(shape, dtype, training, soc):
     plan = plan_fast_batch_norm_backward(shape, dtype, soc, training=training)
     assert Plan.from_json(plan.to_json()) == plan
-    assert tuple(plan.tiling_data) == TILING_DATA_FIELDS[plan.strategy.value]
+    assert tuple(plan.tiling_data) == STRUCTS[plan.strategy]
     assert 1 <= plan.block_dim <= plan.soc.vector_cores
     if plan.source == "cann-ops-nn":
         base = {True: (30001, 40001), False: (10001, 20001)}[training]

@@ -1,5 +1,6 @@
 """Gather-stats plans: the 950 SyncBatchNormGatherStatsFused host tiling, reproduced, and its model."""
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -93,10 +94,23 @@ def test_every_plan_is_consistent(n, c, dtype, soc, strategy):
 
 
 def test_tiling_data_fields_follow_the_struct_order():
-    from tiling.batch_norm_gather_stats import TILING_DATA_FIELDS
-
+    """The structs of sync_batch_norm_gather_stats_fused_tiling.h, every word, momentum and eps last."""
+    structs = {
+        "common": ("nLength", "cLength", "cFormerAlignV_", "cFormerAlignM_", "cTailAlignV_", "cTailAlignM_",
+                   "blockFormer", "blockNum", "blockTail", "ubFormer", "ubLoop", "ubTail", "wholeBufferByteSize",
+                   "nBufferByteSize", "cBufferByteSize", "nBrcbBufferByteSize", "wholeBufferElemNums"),
+        "workspace": ("nLength", "cLength", "blockFormer", "blockNum", "blockTail", "ubFormerOfFormer",
+                      "ubTailOfFormer", "ubLoopOfFormer", "ubFormerOfTail", "ubTailOfTail", "ubLoopOfTail"),
+        "first_axis_common": ("nLength", "cLength", "cAlignV", "cAlignM", "blockFormer", "blockNum", "blockTail",
+                              "ubFormer", "ubLoopOfFormerBlock", "ubLoopOfTailBlock", "ubTailOfFormerBlock",
+                              "ubTailOfTailBlock", "wholeBufferByteSize", "nBufferByteSize", "cBufferByteSize",
+                              "nBrcbBufferByteSize", "wholeBufferElemNums"),
+        "first_axis_workspace": ("nLength", "cLength", "cAlignV", "blockFormer", "blockNum", "blockTail", "ubFormer",
+                                 "ubTail", "ubLoop"),
+    }
     for (n, c), strategy in (((8, 2048), "common"), ((8, 2048), "workspace"), ((300, 64), "first_axis_common"),
                              ((300, 64), "first_axis_workspace")):
-        plan = plan_batch_norm_gather_stats_with_counts(n, c, "float32", "Ascend950", strategy)
-        assert tuple(plan.tiling_data) == TILING_DATA_FIELDS[plan.strategy]
-    assert tuple(TILING_DATA_FIELDS[G.FIRST_AXIS_WORKSPACE])[:4] == ("nLength", "cLength", "cAlignV", "blockFormer")
+        plan = plan_batch_norm_gather_stats_with_counts(n, c, "float32", "Ascend950", strategy, momentum=0.25,
+                                                        eps=1e-3)
+        assert tuple(plan.tiling_data) == structs[strategy] + ("momentum", "eps")
+        assert (plan.tiling_data["momentum"], plan.tiling_data["eps"]) == (0.25, float(np.float32(1e-3)))

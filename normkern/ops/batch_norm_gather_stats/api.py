@@ -44,27 +44,15 @@ def _allowed_dtypes(names: tuple[str, ...]) -> tuple[np.dtype, ...]:
     return tuple(np.dtype(name) for name in names if name in ("float32", "float16"))
 
 
-#: Plans by (D, C, dtype, id(spec), strategy), beside the spec they were made for: the planner's own
-#: cache hashes the SocSpec, which costs as much as the kernel on small problems.
-_PLANS: dict = {}
-
-
-def _plan(devices, channels, dtype, spec, forced):
-    """``(plan, geometry on the thread pool, geometry inline)``, cached."""
-    key = (devices, channels, dtype, id(spec), forced)
-    hit = _PLANS.get(key)
-    if hit is not None and hit[0] is spec:
-        return hit[1]
+def _plan(devices, channels, dtype, spec, forced, momentum, eps):
+    """``(plan, geometry on the thread pool, geometry inline)``; the geometries are made once per plan."""
     try:
-        plan = tiling.plan_batch_norm_gather_stats_with_counts(devices, channels, dtype_name(dtype), spec, forced)
+        plan = tiling.plan_batch_norm_gather_stats_with_counts(devices, channels, dtype_name(dtype), spec, forced,
+                                                               momentum=momentum, eps=eps)
     except tiling.TilingError as exc:
         raise TilingError(OP, str(exc)) from exc
-    args = plan.kernel_args()
-    entry = (plan, kernel.launch_geometry(args), kernel.launch_geometry(args, inline=True))
-    if len(_PLANS) > 256:
-        _PLANS.clear()
-    _PLANS[key] = (spec, entry)
-    return entry
+    return plan.memo("geometry", lambda: (plan, kernel.launch_geometry(plan.cached_kernel_args()),
+                                          kernel.launch_geometry(plan.cached_kernel_args(), inline=True)))
 
 
 def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
@@ -128,7 +116,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
-    plan, geo_parallel, geo_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced)
+    plan, geo_parallel, geo_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced, momentum, eps)
     out_dtype = mean.dtype
 
     def run(workspace):

@@ -22,7 +22,8 @@ def aclnn_get_workspace_size(input, mean, invstd, runningMean, runningVar, momen
 
 def _plan(kw, soc, strategy):
     d, c = kw["mean"].shape
-    return tiling.plan_batch_norm_gather_stats_with_counts(d, c, dtype_name(kw["mean"].dtype), soc, strategy)
+    return tiling.plan_batch_norm_gather_stats_with_counts(d, c, dtype_name(kw["mean"].dtype), soc, strategy,
+                                                           momentum=kw["momentum"], eps=kw["eps"])
 
 
 def _plan_shape(shape, dtype, soc, strategy):

@@ -175,7 +175,7 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
                    (("gradOut", dy), ("input", x)))
     try:
         plan = tiling.plan_fast_batch_norm_backward(x.shape, dtype_name(x.dtype), spec, forced,
-                                                    training=bool(training), weight_dtype="float32")
+                                                    training=bool(training), weight_dtype="float32", epsilon=eps)
     except tiling.TilingError as exc:
         raise TilingError(OP, str(exc)) from exc
     grad_dtype = weight.dtype if weight is not None else x.dtype

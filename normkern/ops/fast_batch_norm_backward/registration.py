@@ -25,7 +25,7 @@ def aclnn_get_workspace_size(gradOut, input, weight, runningMean, runningVar, sa
 
 def _plan(kw, soc, strategy):
     return tiling.plan_fast_batch_norm_backward(kw["input"].shape, dtype_name(kw["input"].dtype), soc, strategy,
-                                                training=kw["training"], weight_dtype="float32")
+                                                training=kw["training"], weight_dtype="float32", epsilon=kw["eps"])
 
 
 def _plan_shape(shape, dtype, soc, strategy, *, training=True):
