@@ -25,9 +25,8 @@ _NAMES = {FLOAT32: "float32", FLOAT16: "float16"}
 
 
 def bfloat16() -> np.dtype:
-    """ml_dtypes' bfloat16, imported on first use rather than with normkern: ml_dtypes 0.7.0 takes
-    0.8 s to import beside NumPy 2.4 (0.5.4 took 6 ms), most of ``import normkern``, and a caller
-    who holds a bfloat16 array has imported it already."""
+    """ml_dtypes' bfloat16, imported on first use rather than with normkern: recent ml_dtypes take most
+    of a second to import, and a caller who holds a bfloat16 array has imported it already."""
     import ml_dtypes
 
     dtype = np.dtype(ml_dtypes.bfloat16)

@@ -159,8 +159,7 @@ _sum128_tail = _halving_sum_intrinsic(128, "tail")
 #: The widest halving summed in registers; wider buffers are first halved in memory, three levels a pass.
 REGISTER_WIDTH = 512
 #: The widest halving whose fold-halves tail step also runs in registers. Wider, the two halves
-#: no longer fit the 32 vector registers: paired against the memory tail step, lengths 100 and 196
-#: took 0.84 and 0.72 of the time, 448 (half 256) 1.07, 784 (half 512) 1.78.
+#: no longer fit the 32 vector registers, and the memory tail step is faster.
 TAIL_REGISTER_WIDTH = 128
 
 
@@ -283,7 +282,7 @@ def prefetch_row(row):
     """Ask for every cache line of a short row that the loop will read a few rows later.
 
     The hardware prefetchers follow long rows on their own; rows of a few hundred elements, one per
-    plane at a stride of C*HxW, each start cold, and there the hint measured 25-30% faster."""
+    plane at a stride of C*HxW, each start cold, and there the hint pays."""
     for i in range(0, row.shape[0], LINE_BYTES // row.itemsize):
         _prefetch_read(row, i)
 
@@ -295,10 +294,8 @@ def accumulate_prefetching(lanes, row, following):
     The row is summed in 4 KiB pieces (a multiple of 64 elements, so each lane still adds its
     elements in ascending order: same bits as ``accumulate``), each after the prefetches of the
     same piece of ``following``. A plane row of 56x56 float32 is 12.5 KiB at a stride of C*HxW;
-    the hardware prefetcher restarts on each, and this keeps the next one on its way: pass 1 of
-    64x128x56x56 measured 1.48 -> 1.23 times a contiguous read of the same bytes. Not inlined: as a
-    second inlined copy of the lane loop in the caller it added 1.7 s to the first call's compile,
-    out of line 0.9 s."""
+    the hardware prefetcher restarts on each, and this keeps the next one on its way. Not inlined: a
+    second inlined copy of the lane loop in the caller would cost compile time for little."""
     n = row.shape[0]
     piece = _PIECE_BYTES // row.itemsize
     for start in range(0, n, piece):

@@ -26,7 +26,7 @@ from ._views import _CHECKED
 
 def worth_streaming(out: np.ndarray, min_bytes: int) -> bool:
     """Whether a kernel should stream ``out`` (a C-contiguous output it writes in place): float32,
-    the one dtype whose dx pass the traffic bounds (half dtypes measured slower streamed), at least
+    the one dtype whose dx pass the traffic bounds (the conversion bounds the half dtypes'), at least
     ``min_bytes`` (the op's threshold, beyond what the caches keep between calls), and aligned to its
     element size, which ``elements_to_line`` needs to find the line boundaries."""
     return out.dtype == np.float32 and out.flags.aligned and out.nbytes >= min_bytes

@@ -63,8 +63,8 @@ FULL_LOAD_INFER_LIMIT = 16000
 CROSS_CORE_LIMIT = 20000
 MAX_CHANNEL_SIZE = 1024
 #: The UB the host model's templates divide, at most: there a pass's two float32 accumulators stay in
-#: L1/L2 beside the rows streaming through. The whole 1 MiB L2 of this machine as UB measured 15-40%
-#: slower on the bench shapes; 64 KiB and 128 KiB were the fastest (README). A2/A3 use their UB as is.
+#: L1/L2 beside the rows streaming through, where the whole L2 as UB would spill them (the fold would
+#: then be as long as the data). A2/A3 use their UB as is.
 HOST_UB_BYTES = 128 * 1024
 KEY_INFER_FULL_LOAD, KEY_INFER_SPLIT_LOAD = 10001, 20001
 KEY_TRAIN_FULL_LOAD, KEY_TRAIN_SPLIT_LOAD = 30001, 40001

@@ -21,8 +21,8 @@ from ..._lanes import LANES, accumulate, accumulate_prefetching, accumulate_sqde
 from ..._views import row_view
 
 #: Pass 1 prefetches rows shorter than this many elements PREFETCH_AHEAD rows ahead, whole, into
-#: every cache level (256x256x14x14: 0.30 -> 0.39 of the read bandwidth); a longer row asks for the
-#: next one into L2 piece by piece as it sums (64x128x56x56, paired runs: 0.86-0.95 of the time).
+#: every cache level; a longer row asks for the next one into L2 piece by piece as it sums. Each plane
+#: row starts cold at a stride of C*HxW, where the hardware prefetcher starts afresh.
 PREFETCH_BELOW = 1024
 PREFETCH_AHEAD = 8
 
@@ -46,8 +46,8 @@ def _plane_row(x, c, r, args):
 def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
     """Sum of channel ``c`` over rows [first_row, first_row + n_rows), blocked as the plan says.
 
-    The rows summed are ``row_view``s: a slice costs an atomic reference-count update, and on the
-    49-element rows of 7x7 planes the views made the kernel 0.82-0.89 of its time (paired runs)."""
+    The rows summed are ``row_view``s: a slice costs an atomic reference-count update, which on short
+    rows (7x7 planes) costs more than their arithmetic."""
     total = np.float32(0.0)
     row = first_row
     end = first_row + n_rows
@@ -58,8 +58,8 @@ def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
             data = _plane_row(x, c, r, args)
             length = data.shape[0]
             if not squared and length < PREFETCH_BELOW and r + PREFETCH_AHEAD < end:
-                # pass 1 comes from memory; pass 2 finds the channel in cache. A plain slice here: as a
-                # row_view this prefetch measured 4-6% slower at 14x14 (paired runs; cause not found).
+                # pass 1 comes from memory; pass 2 finds the channel in cache. A plain slice here, not a
+                # row_view: the prefetch of a row_view measured slower (docs/performance.md).
                 n_ahead, seg_ahead = _plane_segment(r + PREFETCH_AHEAD, args)
                 prefetch_row(x[n_ahead, c, seg_ahead * args.seg_elems:seg_ahead * args.seg_elems + length])
             if squared:

@@ -38,8 +38,7 @@ OUTPUTS = ("gradInput", "gradWeight", "gradBias")
 #: blocks) of at least ``STREAM_MIN_ROW_BYTES``, is written with streaming stores
 #: (``kernel._dx_job_streamed``): it cannot stay in this CPU's caches, where a plain store reads each
 #: line from memory before writing it. Shorter rows lose: each has partial lines at both ends, stored
-#: plainly beside the streamed ones (paired: 56x56 rows 0.89-0.95 of the time, 40x40 0.93, 28x28 1.07,
-#: 14x14 1.48; README).
+#: plainly beside the streamed ones (docs/performance.md).
 STREAM_MIN_BYTES = 16 * 2**20
 STREAM_MIN_ROW_BYTES = 4096
 

@@ -18,8 +18,8 @@ to its workspace slot; after the phase (the NPU's SyncAll) every core of a group
 slots in core order, and computes dx for its own blocks. ``prange`` runs over the CPU threads,
 each over a run of the plan's cores (``_threads``), or over the channel groups.
 
-Rows are taken with ``row_view`` (no reference counting): on the 49-element rows of (8,512,7,7)
-Numba's slices cost more than the arithmetic, and the views made the kernel 0.72-0.82 of its time.
+Rows are taken with ``row_view`` (no reference counting): on short rows (7x7 planes) Numba's slices
+cost more than the arithmetic.
 """
 
 from __future__ import annotations
@@ -106,9 +106,8 @@ def _add_four_at(acc_dy, acc_dyx, i, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d,
 def _add_four_rows(acc_dy, acc_dyx, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first):
     """``_add_row`` of rows a, b, c, d in turn, with one load and one store of each accumulator.
 
-    A function of its own, called once a row: inlined beside ``_add_two_rows`` it added about 1.5 s to
-    the first call's compile, out of line about 1 s, and the row call costs nothing measurable on the
-    rows it serves (3136 elements at 56x56; 196 at 14x14, 0.96-0.99 of the time against 0.92-0.95)."""
+    A function of its own, called once a row: inlined it would be compiled again into every caller,
+    and a call per row is cheap beside the rows that have four equal passes."""
     for i in range(dy_a.shape[0]):
         _add_four_at(acc_dy, acc_dyx, i, dy_a, x_a, dy_b, x_b, dy_c, x_c, dy_d, x_d, mean, first)
 
@@ -142,8 +141,8 @@ def _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc
     accumulators in one sweep, with one load and one store of each, and their dx written (compiled code
     only; ``_fused_four_rows_overload`` picks the loop per dtype).
 
-    Out of line, called once a row: inlined into ``_reduce_job`` it made 8x512x7x7 float16 inference,
-    which never groups, 1.14x slower. It costs each specialization about 1.3 s more first-call compile."""
+    Out of line, called once a row: inlined, it would change the code of ``_reduce_job`` for the jobs that
+    never group (small planes) and compile into it again."""
     raise NotImplementedError("_fused_four_rows is only available inside @njit code")
 
 
@@ -176,11 +175,9 @@ def _fused_four_rows_in_pieces(dy, x, dx, geo, c, block, last, j, row, hw_len, a
 @overload(_fused_four_rows, jit_options={"error_model": "numpy"})
 def _fused_four_rows_overload(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale, weight,
                               first):
-    """One loop per specialization. With the dx stores inside the sweep, bfloat16 (its rounding to
-    nearest-even, four rows of it in one loop) took 2.4-4x the time of one row at a time, so its dx goes
-    piece by piece after the sweep; float32 and float16 were faster with the stores inside (32x64x56x56
-    inference 0.82-0.85 float16, where the pieces gave 0.92-0.96; float32 0.82-0.93, where the pieces
-    lost, 1.0-1.08x, reading dy twice)."""
+    """One loop per specialization: float32 and float16 store the dx inside the sweep; bfloat16, whose
+    rounding to nearest-even does not vectorize four rows at a time, writes its dx piece by piece after
+    the sweep, from the dy the sweep has just brought into L1."""
     return _fused_four_rows_in_pieces if dy.dtype == types.int16 else _fused_four_rows_in_sweep
 
 
@@ -247,9 +244,8 @@ PAD_GROUP = 16
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _zero_pad_group(acc_dy, acc_dyx, slot_end):
-    """Zero ``[slot_end - PAD_GROUP, slot_end)`` of both buffers: a constant-length loop, a few
-    vector stores (a loop over just the pads, 1 to 15 of them, cost 27 us of the 185 us of
-    8x512x7x7 on one thread; this costs nothing measurable)."""
+    """Zero ``[slot_end - PAD_GROUP, slot_end)`` of both buffers: a constant-length loop of a few vector
+    stores, where a loop over just the 1 to 15 pads would cost a loop's overhead per row and buffer."""
     a = row_view(acc_dy, slot_end - PAD_GROUP, PAD_GROUP)
     for i in range(PAD_GROUP):
         a[i] = 0.0
@@ -478,8 +474,7 @@ def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx
                 lead_jobs[k] = job
                 k += 1
         # One parallel loop for both kinds of phase, its bodies inlined: each separately compiled level
-        # (a function of its own, a second parfor) compiled and emitted the reduction's code again, and
-        # the first call's compile took 12.7-12.8 s instead of 9.3-9.6 (float32, empty cache).
+        # (a function of its own, a second parfor) would compile and emit the reduction's code again.
         items = bounds.shape[0] - 1 if leads == 0 else leads
         for t in prange(items):
             if leads == 0:  # a thread's cores are adjacent, so are their jobs

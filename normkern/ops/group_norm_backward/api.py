@@ -37,14 +37,11 @@ OUTPUTS = ("gradInput", "gradGammaOut", "gradBetaOut")
 S = GroupNormBackwardStrategy
 #: Stage 1 prefetches ahead of its fill (``kernel._fill_ahead``) when grad_out and input together are
 #: larger than this: then they come from memory on every call. Smaller ones stay in this CPU's caches
-#: between calls, and there the prefetching pieces cost more than they save (32x64x28x28, stage 1
-#: paired: 1.14-1.19x the time in float16, 0.95 in float32).
+#: between calls, where the prefetching pieces cost more than they save.
 PREFETCH_MIN_BYTES = 16 * 2**20
 #: Stage 1 writes a float32 grad_input with streaming stores (``kernel._dx_streamed``) when it is at least
 #: this large: it cannot stay in this CPU's caches, and a plain store would first read each of its lines
-#: from memory. Paired, same bits, stage 1 took 0.83-0.88 of its time at 8x256x56x56, 0.86 at 8x256x48x48
-#: (dx 18.9 MB), 0.93 at 16x256x32x32 (16 MiB), 1.0 at 16x256x28x28 (12.8 MB), 1.02-1.09 at 32x64x28x28;
-#: in float16 and bfloat16 it took 0.97-1.18 (the conversion, not the traffic, bounds their dx pass).
+#: from memory. Half dtypes are not streamed: their conversion, not the traffic, bounds their dx pass.
 STREAM_MIN_BYTES = 16 * 2**20
 
 

@@ -47,9 +47,8 @@ def _fill(buf_dy, buf_dg, dy_row, x_row, r, neg_mr):
 
 
 #: Bytes of a row filled between two rounds of prefetches (``_fill_ahead``), and how far ahead of the
-#: fill those rounds ask. Paired against the plain fill, same bits, stage 1 took 0.78-0.90 of its
-#: time at 8x256x56x56 and 4x512x96x96 in every dtype (1 KiB pieces and 4 or 16 KiB ahead measured
-#: alike; 2-4 KiB pieces, or prefetching into L1, gained less or nothing).
+#: fill those rounds ask: far enough for memory to answer before the fill arrives, near enough that
+#: the lines are still in L2 then (docs/performance.md).
 _PIECE_BYTES = 512
 _AHEAD_BYTES = 8192
 #: Bytes of dx computed into the L1 scratch between two runs of streaming stores (``_dx_streamed``).
@@ -60,11 +59,10 @@ _STREAM_PIECE_BYTES = 1024
 def _fill_ahead(buf_dy, buf_dg, dy, x, start, n, r, neg_mr):
     """``_fill`` of the row ``[start, start + n)`` of the flat arrays in pieces, each after asking for the
     lines ``_AHEAD_BYTES`` on into L2: a thread's rows, channels and tasks lie one after another, so
-    that is the data it reads next, and the hardware prefetcher alone kept one thread's fill at about
-    half the read bandwidth (8x256x56x56 float16: 2.3 ms for two reads of 12.8 MB on one thread).
-    A function of its own, about 1.2 s of the first call's compile: inlined beside the plain fill, a
-    second copy of the fill loop cost 2-3.5 s; one function for both fills costs a call a row, which
-    the plain fill cannot afford (28x28 rows: 1.06-1.10x the time)."""
+    that is the data it reads next, and the hardware prefetcher alone keeps one thread's fill well
+    below the read bandwidth. A function of its own: inlined beside the plain fill it would be a
+    second copy of the fill loop to compile, and one function for both fills would cost the plain
+    fill (short rows, from cache) a call a row."""
     size = dy.itemsize
     piece = _PIECE_BYTES // size
     ahead = _AHEAD_BYTES // size
@@ -91,8 +89,7 @@ def _fill_row(buf_dy, buf_dg, dy, x, start, n, r, neg_mr, ahead):
 def _channel_sums(dy, x, row, n, r, neg_mr, mode, chunk, buf_dy, buf_dg, ahead):
     """(dbeta, dgamma) of the channel at flat offset ``row`` (``n`` elements): the row (mode 3: each
     chunk) copied to two UB-like buffers in one pass, then each folded; ``ahead`` prefetches while
-    filling (``_fill_ahead``). (One pass reads dy once: 0.89-0.98 of the time of two. Folding the
-    first step while reading the data measured slower: more streams per loop.) The rows are
+    filling (``_fill_ahead``). One pass reads dy once instead of twice. The rows are
     ``row_view``s made here, not in the caller's ``prange`` body, where the range check of a
     bounds-checked build would be an exit that stops the loop from running in parallel."""
     if mode == 5:
@@ -182,7 +179,7 @@ def _dx_streamed_float32(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, 
 @overload(_dx_streamed, jit_options={"error_model": "numpy"})
 def _dx_streamed_overload(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, scratch):
     """Streamed in float32 only, where the API asks for it (``api.STREAM_MIN_BYTES``); other dtypes get
-    the plain ``_dx_channel``, so their specializations compile no second dx loop (about 1 s each)."""
+    the plain ``_dx_channel``, so their specializations compile no second dx loop."""
     if dx.dtype == types.float32:
         return _dx_streamed_float32
     return lambda dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, scratch: _dx_channel(
@@ -303,7 +300,7 @@ def stage2_rows(ws, args, halves):
             _batch_fold(ws[offset:offset + args.ws_elems], first, rows, c0, count, args.c, args.batch_rows, acc,
                         scratch)
             out = halves[half, which]
-            for i in range(count):  # (a slice assignment compiles a shape-mismatch error path: 2.5 s)
+            for i in range(count):  # a slice assignment would compile a shape-mismatch error path
                 out[c0 + i] = acc[i]
 
 
