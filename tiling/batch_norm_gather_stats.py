@@ -46,22 +46,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import (
-    Plan,
-    Rejection,
-    Strategy,
-    StrategyRegistry,
-    TilingData,
-    TilingError,
-    dtype_name,
-    int_fields,
-    tiling_data_class,
-    unit,
-)
+from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import Combine, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
 from .support import require, support
+from .tiling_data import TilingData, int_fields, tiling_data_class
 from .workspace import WorkspaceLayout
 
 OP = "batch_norm_gather_stats_with_counts"

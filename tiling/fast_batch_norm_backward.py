@@ -37,22 +37,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .plan import (
-    Plan,
-    Rejection,
-    Strategy,
-    StrategyRegistry,
-    TilingData,
-    TilingError,
-    dtype_name,
-    int_fields,
-    tiling_data_class,
-    unit,
-)
+from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import HOST, SocSpec, get_soc
 from .split import Split, SplitKind
 from .support import require, support
+from .tiling_data import TilingData, int_fields, tiling_data_class
 from .workspace import WorkspaceLayout
 
 OP = "fast_batch_norm_backward"
