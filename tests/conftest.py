@@ -5,6 +5,10 @@ import shutil
 from hypothesis import settings
 
 
+#: Where the test run keeps its Numba cache when NUMBA_CACHE_DIR is not set.
+TEST_CACHE_DIR = pathlib.Path(__file__).resolve().parents[1] / ".numba-cache" / "tests"
+
+
 def _test_cache_dir() -> None:
     """The test run keeps its Numba cache in ``.numba-cache/tests`` (unless NUMBA_CACHE_DIR is set, as
     CI sets it), out of the source tree; entries of an edited helper are told apart by normkern
@@ -13,8 +17,7 @@ def _test_cache_dir() -> None:
     anything imports numba, which reads the variable once."""
     if "NUMBA_CACHE_DIR" in os.environ:
         return
-    caches = pathlib.Path(__file__).resolve().parents[1] / ".numba-cache"
-    current = caches / "tests"
+    caches, current = TEST_CACHE_DIR.parent, TEST_CACHE_DIR
     if caches.is_dir():
         for stale in caches.iterdir():
             if stale != current:
@@ -22,7 +25,19 @@ def _test_cache_dir() -> None:
     os.environ["NUMBA_CACHE_DIR"] = str(current)
 
 
+CACHE_DIR_GIVEN = "NUMBA_CACHE_DIR" in os.environ
 _test_cache_dir()
+
+
+def source_tree_caches() -> frozenset[str]:
+    """Numba cache files beside the sources (where Numba puts them when no cache directory is set)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    return frozenset(str(p.relative_to(root)) for package in ("normkern", "tiling")
+                     for pattern in ("*.nbi", "*.nbc") for p in (root / package).rglob(pattern))
+
+
+#: Those present before the test run compiled anything (a run of the CLI outside the tests leaves some).
+SOURCE_TREE_CACHES_AT_START = source_tree_caches()
 
 
 def pytest_configure(config):

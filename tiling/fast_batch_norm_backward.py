@@ -127,19 +127,49 @@ class Job(NamedTuple):
     group_size: int
 
 
+class PassGeometry(NamedTuple):
+    """How a channel's blocks form UB passes, stated once by the plan; the kernel and the simulator
+    walk it with ``pass_extent``."""
+
+    split_hw: int          # 1: a block is one (plane, HW chunk) pair (split HW); 0: a block is one plane
+    hw_blocks: int         # split HW: HW chunks per plane (bUbLoop); 1 otherwise
+    hw_block: int          # split HW: elements of a full HW chunk
+    b1: int
+    planes_per_pass: int   # planes per UB pass (b0UbBlock; B0 for full load; 1 for split HW)
+    b1_align: int          # the pitch of a pass's planes in the UB buffers
+    fold_len: int          # elements of the UB buffer each ReduceSum folds
+
+
+def pass_step(geometry: PassGeometry) -> int:
+    """Blocks a full UB pass covers."""
+    return 1 if geometry.split_hw else geometry.planes_per_pass
+
+
+def pass_extent(geometry: PassGeometry, block: int, last: int) -> tuple[int, int, int, int]:
+    """``(plane, hw_start, hw_len, planes)`` of the UB pass that starts at ``block``; ``last`` ends the job.
+
+    Plain integer arithmetic: the simulator calls it as it is, the kernels compile it with Numba."""
+    if geometry.split_hw:
+        plane = block // geometry.hw_blocks
+        hw_start = (block - plane * geometry.hw_blocks) * geometry.hw_block
+        return plane, hw_start, min(geometry.hw_block, geometry.b1 - hw_start), 1
+    return block, 0, geometry.b1, min(geometry.planes_per_pass, last - block)
+
+
 class FastBatchNormBackwardArgs(NamedTuple):
-    """What the kernels receive: the fused dims, the block geometry and the job table."""
+    """What the kernels receive: the fused dims, the pass geometry (``PassGeometry``'s fields, flat:
+    a parallel loop takes no nested tuple) and the job table."""
 
     b0: int
     c: int
-    b1: int
-    b1_align: int
-    split_hw: int          # 1: a block is one (plane, HW chunk) pair (split HW); 0: a block is one plane
-    hw_block: int          # split HW: elements of a full HW chunk
-    hw_blocks: int         # split HW: HW chunks per plane (bUbLoop); 1 otherwise
-    planes_per_pass: int   # planes per UB pass (b0UbBlock; B0 for full load; 1 for split HW)
-    fold_len: int          # elements of the UB buffer each ReduceSum folds
     count: int             # B0 * B1, the elements per channel
+    split_hw: int
+    hw_blocks: int
+    hw_block: int
+    b1: int
+    planes_per_pass: int
+    b1_align: int
+    fold_len: int
     job_core: np.ndarray   # the job table, sorted by (phase, core)
     job_channel_start: np.ndarray
     job_channel_count: np.ndarray
@@ -391,6 +421,12 @@ class FastBatchNormBackwardPlan(Plan):
         return 1 if self.split_hw else self.tiling_data["b0UbBlock"]
 
     @property
+    def passes(self) -> PassGeometry:
+        """how a channel's blocks form UB passes"""
+        return PassGeometry(split_hw=int(self.split_hw), hw_blocks=self.hw_blocks, hw_block=self.hw_block, b1=self.b1,
+                            planes_per_pass=self.planes_per_pass, b1_align=self.b1_align, fold_len=self.fold_len)
+
+    @property
     def fold_len(self) -> int:
         """elements of the UB buffer a ReduceSum folds (bAlign for full load, else bUbBlock) [elements]"""
         if self.strategy is S.EMPTY:
@@ -520,9 +556,7 @@ class FastBatchNormBackwardPlan(Plan):
 
         cross = any(job.group_size > 1 for job in jobs)
         return FastBatchNormBackwardArgs(
-            b0=self.b0, c=self.a, b1=self.b1, b1_align=self.b1_align, split_hw=int(self.split_hw),
-            hw_block=self.hw_block, hw_blocks=self.hw_blocks, planes_per_pass=self.planes_per_pass,
-            fold_len=self.fold_len, count=self.b0 * self.b1, job_core=column("core"),
+            b0=self.b0, c=self.a, count=self.b0 * self.b1, **self.passes._asdict(), job_core=column("core"),
             job_channel_start=column("channel_start"), job_channel_count=column("channel_count"),
             job_block_start=column("block_start"), job_block_count=column("block_count"),
             job_group_first=column("group_first"), job_group_size=column("group_size"),

@@ -28,6 +28,8 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
+from tiling.fast_batch_norm_backward import PassGeometry, pass_extent, pass_step
+
 from ..._dtypes import from_f32, to_f32
 from ..._lanes import fold_capacity, fold_halves
 from ..._streaming import line_span, store_fence, stream_out
@@ -128,7 +130,7 @@ def _add_four_rows_infer(acc_dy, acc_dyx, dy_a, x_a, dx_a, dy_b, x_b, dx_b, dy_c
 @njit(cache=True, inline="always", error_model="numpy")
 def _following_rows(dy, geo, c, block, last, j):
     """Where plane ``j`` of the three passes after ``block`` starts (flat indices)."""
-    step = 1 if geo[0] else geo[4]
+    step = _pass_step(geo)
     plane_b, hw0_b, _, _ = _pass_extent(geo, block + step, last)
     plane_c, hw0_c, _, _ = _pass_extent(geo, block + 2 * step, last)
     plane_d, hw0_d, _, _ = _pass_extent(geo, block + 3 * step, last)
@@ -212,22 +214,17 @@ def _row_start(t, plane, c, hw0):
     return (plane * t.shape[1] + c) * t.shape[2] + hw0
 
 
+#: The plan's own pass arithmetic, compiled into the kernels.
+_pass_extent = njit(inline="always", error_model="numpy")(pass_extent)
+_pass_step = njit(inline="always", error_model="numpy")(pass_step)
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _geometry(args):
-    """The block geometry as a small tuple: cheap to pass to the per-channel functions (the whole
-    ``args`` tuple of arrays is not)."""
-    return (args.split_hw, args.hw_blocks, args.hw_block, args.b1, args.planes_per_pass, args.b1_align, args.fold_len)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _pass_extent(geo, block, last):
-    """(plane, hw_start, hw_len, planes) of the UB pass that starts at ``block``; ``last`` ends the job."""
-    split_hw, hw_blocks, hw_block, b1, planes_per_pass = geo[0], geo[1], geo[2], geo[3], geo[4]
-    if split_hw:
-        plane = block // hw_blocks
-        hw_start = (block - plane * hw_blocks) * hw_block
-        return plane, hw_start, min(hw_block, b1 - hw_start), 1
-    return block, 0, b1, min(planes_per_pass, last - block)
+    """The ``PassGeometry`` of ``args``: a small tuple, cheap to pass to the per-channel functions where
+    the whole ``args`` (arrays included) is not."""
+    return PassGeometry(args.split_hw, args.hw_blocks, args.hw_block, args.b1, args.planes_per_pass, args.b1_align,
+                        args.fold_len)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -263,8 +260,8 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
     adding onto a zeroed buffer), the plane pads inside it and any longer later pass's extra
     positions are zeroed, and the fold reads only the ``used`` prefix."""
     last = first + count
-    b1_align, fold_len = geo[5], geo[6]
-    step = 1 if geo[0] else geo[4]
+    b1_align, fold_len = geo.b1_align, geo.fold_len
+    step = _pass_step(geo)
     used = 0
     block = first
     while block < last:

@@ -12,21 +12,16 @@ from __future__ import annotations
 import numpy as np
 
 from tiling import FastBatchNormBackwardPlan
+from tiling.fast_batch_norm_backward import pass_extent, pass_step
 
 from ..._simulate import F32, fold_halves
 
 
 def _passes(plan: FastBatchNormBackwardPlan, first: int, count: int):
     """[(plane, hw_start, hw_len, planes)] of the UB passes over blocks [first, first + count)."""
-    if plan.split_hw:
-        out = []
-        for block in range(first, first + count):
-            plane, chunk = divmod(block, plan.hw_blocks)
-            hw0 = chunk * plan.hw_block
-            out.append((plane, hw0, min(plan.hw_block, plan.b1 - hw0), 1))
-        return out
-    step = plan.planes_per_pass
-    return [(p, 0, plan.b1, min(step, first + count - p)) for p in range(first, first + count, step)]
+    geometry = plan.passes
+    return [pass_extent(geometry, block, first + count)
+            for block in range(first, first + count, pass_step(geometry))]
 
 
 def simulate(plan: FastBatchNormBackwardPlan, dy3: np.ndarray, x3: np.ndarray, mean: np.ndarray,
