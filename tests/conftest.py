@@ -4,7 +4,6 @@ import shutil
 
 from hypothesis import settings
 
-
 #: Where the test run keeps its Numba cache when NUMBA_CACHE_DIR is not set.
 TEST_CACHE_DIR = pathlib.Path(__file__).resolve().parents[1] / ".numba-cache" / "tests"
 
