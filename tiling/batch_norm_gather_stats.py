@@ -264,6 +264,15 @@ class GatherStatsPlan(Plan):
                                core_start=starts, core_count=counts, partial_offset=offset,
                                partial_pitch=self.partial_pitch)
 
+    def inline_kernel_args(self) -> GatherStatsArgs:
+        """``kernel_args()`` for a run without the thread pool. A channel-split plan adds each channel's
+        devices in device order whatever the core boundaries, so one core over every channel makes the
+        same additions; a device-split plan keeps its blocks, whose boundaries are the order."""
+        args = self.cached_kernel_args()
+        if args.split_n:
+            return args
+        return args._replace(core_start=np.zeros(1, np.int64), core_count=np.array([self.c], np.int64))
+
 
 def _build(problem: GatherStatsProblem, strategy: GatherStatsStrategy, rejected) -> GatherStatsPlan:
     soc = problem.soc
@@ -329,11 +338,12 @@ def plan_batch_norm_gather_stats_with_counts(devices: int, channels: int, dtype=
     """Plan the gather for ``mean`` of shape ``(devices, channels)`` and ``dtype`` on ``soc``;
     ``momentum`` and ``eps`` (the call's) are the struct's last words, as float32."""
     return _plan_cached(int(devices), int(channels), dtype_name(dtype), get_soc(soc), REGISTRY.parse(strategy),
-                        float(np.float32(momentum)), float(np.float32(eps)))
+                        momentum, eps)
 
 
 @lru_cache(maxsize=256)
 def _plan_cached(n, c, dtype, soc, strategy, momentum, eps) -> GatherStatsPlan:
+    momentum, eps = float(np.float32(momentum)), float(np.float32(eps))  # the struct's float words
     if n < 0 or c < 0:
         raise TilingError(f"[{OP}] mean dims must be non-negative, got ({n}, {c})")
     require(OP, soc, dtype)

@@ -662,11 +662,12 @@ def plan_fast_batch_norm_backward(shape, dtype="float32", soc: str | SocSpec | N
     weight = name if weight_dtype is None else dtype_name(weight_dtype)
     var = weight if var_dtype is None else dtype_name(var_dtype)
     return _plan_cached(tuple(int(d) for d in shape), name, weight, var, bool(training), get_soc(soc),
-                        REGISTRY.parse(strategy), float(np.float32(epsilon)))
+                        REGISTRY.parse(strategy), epsilon)
 
 
 @lru_cache(maxsize=256)
 def _plan_cached(shape, dtype, weight, var, training, soc, strategy, epsilon):
+    epsilon = float(np.float32(epsilon))  # the struct's float word
     require(OP, soc, dtype)
     if not 2 <= len(shape) <= 8 or min(shape) < 0:
         raise TilingError(f"[{OP}] input must have rank 2 to 8 and no negative dim, got {shape}")

@@ -45,14 +45,13 @@ def _allowed_dtypes(names: tuple[str, ...]) -> tuple[np.dtype, ...]:
 
 
 def _plan(devices, channels, dtype, spec, forced, momentum, eps):
-    """``(plan, geometry on the thread pool, geometry inline)``; the geometries are made once per plan."""
+    """The plan, with its kernel arguments for the thread pool and inline, both made once per plan."""
     try:
         plan = tiling.plan_batch_norm_gather_stats_with_counts(devices, channels, dtype_name(dtype), spec, forced,
                                                                momentum=momentum, eps=eps)
     except tiling.TilingError as exc:
         raise TilingError(OP, str(exc)) from exc
-    return plan.memo("geometry", lambda: (plan, kernel.launch_geometry(plan.cached_kernel_args()),
-                                          kernel.launch_geometry(plan.cached_kernel_args(), inline=True)))
+    return plan.memo("launch", lambda: (plan, plan.cached_kernel_args(), plan.inline_kernel_args()))
 
 
 def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
@@ -116,7 +115,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
-    plan, geo_parallel, geo_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced, momentum, eps)
+    plan, args_parallel, args_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced, momentum, eps)
     out_dtype = mean.dtype
 
     def run(workspace):
@@ -132,12 +131,12 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         rm = f32_buffer(running_mean, channels, copy=True) if update else _NO_RUNNING
         rv = f32_buffer(running_var, channels, copy=True) if update else _NO_RUNNING
         if mean.size >= PARALLEL_MIN_ELEMENTS:
-            launch, geo = kernel.gather_stats, geo_parallel
+            launch, args = kernel.gather_stats, args_parallel
         else:
-            launch, geo = kernel.gather_stats_inline, geo_inline
+            launch, args = kernel.gather_stats_inline, args_inline
         # eps and momentum go in as Python floats; the kernel rounds them to float32 (cheaper than here).
         launch(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32), np.ascontiguousarray(counts, F32),
-               workspace, geo, eps, momentum, m32, s32, rm, rv, update)
+               workspace, args, eps, momentum, m32, s32, rm, rv, update)
         write_back(((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)))
         return mean_out, invstd_out
 

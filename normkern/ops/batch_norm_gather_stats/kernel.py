@@ -93,23 +93,19 @@ def _channel_sums(acc, mean_all, mean, invstd, counts, c0, c1, total, eps):
         _deviations_into(acc, mean[n, c0:c1], invstd[n, c0:c1], counts[n], mean_all, eps)
 
 
-#: The launch geometry, one int64 array (a NamedTuple argument costs a microsecond of dispatch):
-#: ``[n, c, split_n, partial_offset, partial_pitch, cores, core_start[cores], core_count[cores]]``.
-GEO_N, GEO_C, GEO_SPLIT_N, GEO_OFFSET, GEO_PITCH, GEO_CORES, GEO_RANGES = range(7)
-
-
-def _gather_stats(mean, invstd, counts, ws, geo, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
+def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
+    """``args`` is the plan's ``kernel_args()`` (or ``inline_kernel_args()`` for the inline run)."""
     eps = np.float32(eps)
     momentum = np.float32(momentum)
-    devices = geo[GEO_N]
-    channels = geo[GEO_C]
-    cores = geo[GEO_CORES]
-    core_start = geo[GEO_RANGES:GEO_RANGES + cores]
-    core_count = geo[GEO_RANGES + cores:GEO_RANGES + 2 * cores]
+    devices = args.n
+    channels = args.c
+    core_start = args.core_start
+    core_count = args.core_count
+    cores = core_start.shape[0]
     total = np.float32(0.0)
     for n in range(devices):
         total += counts[n]
-    if geo[GEO_SPLIT_N] == 0:
+    if args.split_n == 0:
         sums = np.zeros(channels, np.float32)  # one slice per core: each core writes only its channels
         for core in prange(cores):
             c0 = core_start[core]
@@ -119,12 +115,12 @@ def _gather_stats(mean, invstd, counts, ws, geo, eps, momentum, mean_out, invstd
             _channel_sums(acc, out, mean, invstd, counts, c0, c1, total, eps)
             _finish(acc, out, total, eps, momentum, invstd_out[c0:c1], run_mean[c0:c1], run_var[c0:c1], update)
         return
-    pitch = geo[GEO_PITCH]
+    pitch = args.partial_pitch
     blocks = 0
     for core in range(cores):
         if core_count[core] > 0:
             blocks += 1
-    offset = geo[GEO_OFFSET]
+    offset = args.partial_offset
     partials = ws[offset:offset + (blocks + 2) * pitch]
     mean_row = partials[blocks * pitch:blocks * pitch + channels]      # the two rows after the block partials
     var_row = partials[(blocks + 1) * pitch:(blocks + 1) * pitch + channels]
@@ -144,21 +140,6 @@ def _gather_stats(mean, invstd, counts, ws, geo, eps, momentum, mean_out, invstd
             _add_deviations(part, mean[n], invstd[n], counts[n], mean_row, eps)
     _add_block_rows(partials, blocks, pitch, var_row)
     _finish(var_row, mean_row, total, eps, momentum, invstd_out, run_mean, run_var, update)
-
-
-def launch_geometry(args, inline: bool = False) -> np.ndarray:
-    """The ``geo`` array of a plan's ``GatherStatsArgs``.
-
-    ``inline`` (for a run without the thread pool): a channel-split plan adds each channel's devices
-    in device order whatever the core boundaries, so one sweep over all channels gives the same bits
-    as the plan's cores one after another. Device-split plans keep their blocks: there the block
-    boundaries are the order.
-    """
-    starts, counts = args.core_start, args.core_count
-    if inline and not args.split_n:
-        starts, counts = np.zeros(1, np.int64), np.array([args.c], np.int64)
-    head = [args.n, args.c, args.split_n, args.partial_offset, args.partial_pitch, len(starts)]
-    return np.concatenate([np.array(head, np.int64), starts, counts]).astype(np.int64)
 
 
 #: The same function on the thread pool, and run inline for problems too small to pay for a launch;
