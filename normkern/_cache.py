@@ -1,8 +1,8 @@
 """Numba's on-disk cache, keyed by the compiled helpers as well as by each kernel's own code.
 
 Numba files a cached kernel under its own source file and bytecode. The helpers every kernel
-compiles in (``_lanes``, ``_dtypes``, ``_views``, ``_streaming``, and the plan arithmetic of
-``tiling`` that a kernel compiles) are not part of that key: after an edit to one
+compiles in (``_lanes``, ``_dtypes``, ``_views``, ``_streaming``, an op's own row modules, and the
+plan arithmetic of ``tiling`` that a kernel compiles) are not part of that key: after an edit to one
 of them (a ``git pull`` in an editable install), a kernel whose own file did not change would load
 its old machine code, with the old helper inside, and run it. ``key_by_helpers`` gives each cached
 kernel of normkern a cache whose key also holds a digest of the helpers' sources, so an edited
@@ -20,7 +20,8 @@ from numba.core.caching import FunctionCache
 from numba.core.dispatcher import Dispatcher
 
 #: The modules compiled into every kernel (their functions are inlined or linked into the callers).
-HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py", "_streaming.py")
+HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py", "_streaming.py", "ops/fast_batch_norm_backward/rows.py",
+                  "ops/fast_batch_norm_backward/sweeps.py")
 #: The ``tiling`` modules whose plain functions a kernel compiles in (the plan's own arithmetic).
 TILING_MODULES = ("fast_batch_norm_backward.py",)
 
