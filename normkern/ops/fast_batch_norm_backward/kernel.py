@@ -40,7 +40,6 @@ from .sweeps import (
     _dx_job_streamed,
     _following_rows,
     _fused_four_rows,
-    _sweep_limit,
     _zero_pad_group,
 )
 
@@ -82,7 +81,7 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
         # Consecutive passes over the same positions are added in one sweep, 4 or 2 at a time (three go
         # as 2 + 1: one sweep function fewer to compile). Per position the adds keep their order.
         group = 1
-        while group < _sweep_limit(dy, fuse_dx) and block + group * step < last:
+        while group < 4 and block + group * step < last:
             _, _, hw_len_n, planes_n = _pass_extent(geo, block + group * step, last)
             if planes_n != planes or hw_len_n != hw_len:
                 break

@@ -2,8 +2,7 @@
 order at every position, with fewer loads and stores, or stores that skip the cache.
 
 - Equal UB passes over the same positions are added in one sweep, four or two rows at a time: one
-  load and one store of each accumulator per position instead of one per row (half dtypes; float32
-  only in fused inference: its training rows are faster one at a time).
+  load and one store of each accumulator per position instead of one per row.
 - Fused inference adds four rows and writes their dx in the same sweep (float32, float16), or piece
   by piece after it (bfloat16, whose rounding does not vectorize four rows at a time).
 - The plane pads of a pass are zeroed as one constant group of 16 positions.
@@ -27,20 +26,6 @@ from .rows import F32, _dx_row, _dx_row_infer, _infer_dx, _pass_extent, _pass_st
 _STREAM_PIECE_BYTES = 1024
 #: Elements of each row a fused bfloat16 sweep adds before it writes their dx (``_fused_four_rows_in_pieces``).
 _FUSED_PIECE = 512
-def _sweep_limit(dy, fuse_dx):
-    """How many equal passes one sweep may add (compiled code only; ``_sweep_limit_overload``)."""
-    raise NotImplementedError("_sweep_limit is only available inside @njit code")
-
-
-@overload(_sweep_limit, jit_options={"error_model": "numpy"})
-def _sweep_limit_overload(dy, fuse_dx):
-    """Four for half dtypes and for fused inference; one for float32 training, where adding long rows
-    four at a time measured slower than one at a time (docs/performance.md)."""
-    if dy.dtype == types.float32:
-        return lambda dy, fuse_dx: 4 if fuse_dx else 1
-    return lambda dy, fuse_dx: 4
-
-
 #: Positions zeroed at the end of a plane's ``b1_align`` slot before its row is added: the pads
 #: (fewer than one 32-byte block of the input dtype, so at most 15) and the row's last elements,
 #: which the row's first-pass ``0 + value`` then overwrites.
