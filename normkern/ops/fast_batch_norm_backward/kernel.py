@@ -26,7 +26,8 @@ reference counting): on short rows (7x7 planes) Numba's slices cost more than th
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from tiling.fast_batch_norm_backward import PassGeometry
 
@@ -58,71 +59,103 @@ def _zero(buf, start, stop):
         buf[i] = 0.0
 
 
-@njit(cache=True, error_model="numpy")
-def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
-    """The two sums of channel ``c`` over blocks [first, first + count), in the plan's pass order;
-    ``fuse_dx`` also writes the inference dx of every element it reads.
+def _passes_reduction(max_group: int):
+    """``_reduce_job``, adding at most ``max_group`` equal passes in one sweep: two compiled functions
+    (``_reduce_swept``, ``_reduce_rows``), so that where the sweeps do not pay (float32 training) the
+    kernel carries none of their code, which also slowed its one-row path (docs/performance.md)."""
 
-    The buffers are never zeroed as a whole: the first pass writes ``0 + value`` (the same bits as
-    adding onto a zeroed buffer), the plane pads inside it and any longer later pass's extra
-    positions are zeroed, and the fold reads only the ``used`` prefix."""
-    last = first + count
-    b1_align, fold_len = geo.b1_align, geo.fold_len
-    step = _pass_step(geo)
-    used = 0
-    block = first
-    while block < last:
-        plane, hw0, hw_len, planes = _pass_extent(geo, block, last)
-        is_first = block == first
-        extent = (planes - 1) * b1_align + hw_len
-        if not is_first and extent > used:  # a split-HW job may start on a short tail chunk
-            _zero(acc_dy, used, extent)
-            _zero(acc_dyx, used, extent)
-        # Consecutive passes over the same positions are added in one sweep, 4 or 2 at a time (three go
-        # as 2 + 1: one sweep function fewer to compile). Per position the adds keep their order.
-        group = 1
-        while group < 4 and block + group * step < last:
-            _, _, hw_len_n, planes_n = _pass_extent(geo, block + group * step, last)
-            if planes_n != planes or hw_len_n != hw_len:
-                break
-            group += 1
-        if fuse_dx and group < 4:  # a fused pass groups by 4 only (``_fused_four_rows``; a pair lost)
+    def reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+        """The two sums of channel ``c`` over blocks [first, first + count), in the plan's pass order;
+        ``fuse_dx`` also writes the inference dx of every element it reads.
+
+        The buffers are never zeroed as a whole: the first pass writes ``0 + value`` (the same bits as
+        adding onto a zeroed buffer), the plane pads inside it and any longer later pass's extra
+        positions are zeroed, and the fold reads only the ``used`` prefix."""
+        last = first + count
+        b1_align, fold_len = geo.b1_align, geo.fold_len
+        step = _pass_step(geo)
+        used = 0
+        block = first
+        while block < last:
+            plane, hw0, hw_len, planes = _pass_extent(geo, block, last)
+            is_first = block == first
+            extent = (planes - 1) * b1_align + hw_len
+            if not is_first and extent > used:  # a split-HW job may start on a short tail chunk
+                _zero(acc_dy, used, extent)
+                _zero(acc_dyx, used, extent)
+            # Consecutive passes over the same positions are added in one sweep, 4 or 2 at a time (three go
+            # as 2 + 1: one sweep function fewer to compile). Per position the adds keep their order.
             group = 1
-        elif group == 3:
-            group = 2
-        pads = is_first and hw_len < b1_align  # the plane pads inside the pass, zeroed once
-        for j in range(planes):
-            lo = j * b1_align
-            if pads and j < planes - 1 and b1_align >= PAD_GROUP:
-                _zero_pad_group(acc_dy, acc_dyx, lo + b1_align)  # before the row, which overwrites its part
-            row = _row_start(dy, plane + j, c, hw0)
-            dy_row = row_view(dy, row, hw_len)
-            x_row = row_view(x, row, hw_len)
-            part_dy = row_view(acc_dy, lo, hw_len)
-            part_dyx = row_view(acc_dyx, lo, hw_len)
-            if fuse_dx and group == 4:
-                _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale,
-                                 weight, is_first)
-            elif fuse_dx:
-                _add_row_infer(part_dy, part_dyx, dy_row, x_row, row_view(dx, row, hw_len), mean, scale, weight,
-                               is_first)
-            elif group > 1:  # the next passes add onto the same positions: all in one sweep
-                row_b, row_c, row_d = _following_rows(dy, geo, c, block, last, j)
-                if group == 4:
-                    _add_four_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len),
-                                   row_view(x, row_b, hw_len), row_view(dy, row_c, hw_len), row_view(x, row_c, hw_len),
-                                   row_view(dy, row_d, hw_len), row_view(x, row_d, hw_len), mean, is_first)
+            while group < max_group and block + group * step < last:
+                _, _, hw_len_n, planes_n = _pass_extent(geo, block + group * step, last)
+                if planes_n != planes or hw_len_n != hw_len:
+                    break
+                group += 1
+            if fuse_dx and group < 4:  # a fused pass groups by 4 only (``_fused_four_rows``; a pair lost)
+                group = 1
+            elif group == 3:
+                group = 2
+            pads = is_first and hw_len < b1_align  # the plane pads inside the pass, zeroed once
+            for j in range(planes):
+                lo = j * b1_align
+                if pads and j < planes - 1 and b1_align >= PAD_GROUP:
+                    _zero_pad_group(acc_dy, acc_dyx, lo + b1_align)  # before the row, which overwrites its part
+                row = _row_start(dy, plane + j, c, hw0)
+                dy_row = row_view(dy, row, hw_len)
+                x_row = row_view(x, row, hw_len)
+                part_dy = row_view(acc_dy, lo, hw_len)
+                part_dyx = row_view(acc_dyx, lo, hw_len)
+                if fuse_dx and group == 4:
+                    _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale,
+                                     weight, is_first)
+                elif fuse_dx:
+                    _add_row_infer(part_dy, part_dyx, dy_row, x_row, row_view(dx, row, hw_len), mean, scale, weight,
+                                   is_first)
+                elif group > 1:  # the next passes add onto the same positions: all in one sweep
+                    row_b, row_c, row_d = _following_rows(dy, geo, c, block, last, j)
+                    if group == 4:
+                        _add_four_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len),
+                                       row_view(x, row_b, hw_len), row_view(dy, row_c, hw_len),
+                                       row_view(x, row_c, hw_len), row_view(dy, row_d, hw_len),
+                                       row_view(x, row_d, hw_len), mean, is_first)
+                    else:
+                        _add_two_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len),
+                                      row_view(x, row_b, hw_len), mean, is_first)
                 else:
-                    _add_two_rows(part_dy, part_dyx, dy_row, x_row, row_view(dy, row_b, hw_len),
-                                  row_view(x, row_b, hw_len), mean, is_first)
-            else:
-                _add_row(part_dy, part_dyx, dy_row, x_row, mean, is_first)
-            if pads and j < planes - 1 and b1_align < PAD_GROUP:
-                _zero(acc_dy, lo + hw_len, lo + b1_align)
-                _zero(acc_dyx, lo + hw_len, lo + b1_align)
-        used = max(used, extent)
-        block += group * step
-    return fold_halves(acc_dy, fold_len, used), fold_halves(acc_dyx, fold_len, used)
+                    _add_row(part_dy, part_dyx, dy_row, x_row, mean, is_first)
+                if pads and j < planes - 1 and b1_align < PAD_GROUP:
+                    _zero(acc_dy, lo + hw_len, lo + b1_align)
+                    _zero(acc_dyx, lo + hw_len, lo + b1_align)
+            used = max(used, extent)
+            block += group * step
+        return fold_halves(acc_dy, fold_len, used), fold_halves(acc_dyx, fold_len, used)
+
+    return reduce_job
+
+
+_reduce_swept = njit(cache=True, error_model="numpy")(_passes_reduction(4))
+_reduce_rows = njit(cache=True, error_model="numpy")(_passes_reduction(1))
+
+
+def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+    """The two sums of channel ``c`` over blocks [first, first + count) (compiled code only;
+    ``_reduce_job_overload`` picks the reduction per dtype)."""
+    raise NotImplementedError("_reduce_job is only available inside @njit code")
+
+
+@overload(_reduce_job, jit_options={"error_model": "numpy"})
+def _reduce_job_overload(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+    """float32: the sweeps only for fused inference, training adds one row at a time; half dtypes: the
+    sweeps always (paired runs, docs/performance.md)."""
+    if dy.dtype == types.float32:
+        def float32_reduce(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+            if fuse_dx:
+                return _reduce_swept(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx)
+            return _reduce_rows(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx)
+
+        return float32_reduce
+    return lambda dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx: _reduce_swept(
+        dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx)
 
 
 @njit(cache=True, error_model="numpy")

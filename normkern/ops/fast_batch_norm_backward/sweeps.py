@@ -2,7 +2,8 @@
 order at every position, with fewer loads and stores, or stores that skip the cache.
 
 - Equal UB passes over the same positions are added in one sweep, four or two rows at a time: one
-  load and one store of each accumulator per position instead of one per row.
+  load and one store of each accumulator per position instead of one per row (half dtypes and fused
+  inference; float32 training adds its rows one at a time, ``kernel._reduce_rows``).
 - Fused inference adds four rows and writes their dx in the same sweep (float32, float16), or piece
   by piece after it (bfloat16, whose rounding does not vectorize four rows at a time).
 - The plane pads of a pass are zeroed as one constant group of 16 positions.
