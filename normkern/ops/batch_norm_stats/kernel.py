@@ -59,7 +59,7 @@ def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
             length = data.shape[0]
             if not squared and length < PREFETCH_BELOW and r + PREFETCH_AHEAD < end:
                 # pass 1 comes from memory; pass 2 finds the channel in cache. A plain slice here, not a
-                # row_view: the prefetch of a row_view measured slower (docs/performance.md).
+                # row_view, which made this prefetch slower.
                 n_ahead, seg_ahead = _plane_segment(r + PREFETCH_AHEAD, args)
                 prefetch_row(x[n_ahead, c, seg_ahead * args.seg_elems:seg_ahead * args.seg_elems + length])
             if squared:

@@ -145,8 +145,8 @@ def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, a
 
 @overload(_reduce_job, jit_options={"error_model": "numpy"})
 def _reduce_job_overload(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
-    """float32: the sweeps only for fused inference, training adds one row at a time; half dtypes: the
-    sweeps always (paired runs, docs/performance.md)."""
+    """float32: the sweeps only for fused inference, training adds one row at a time (its long rows
+    gain nothing from them, and their code slows the one-row path); half dtypes: the sweeps always."""
     if dy.dtype == types.float32:
         def float32_reduce(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
             if fuse_dx:

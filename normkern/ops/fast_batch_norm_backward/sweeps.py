@@ -9,8 +9,7 @@ order at every position, with fewer loads and stores, or stores that skip the ca
 - The plane pads of a pass are zeroed as one constant group of 16 positions.
 - A large float32 training dx is written with streaming stores.
 
-Each was kept for a gain beyond the noise in paired runs (docs/performance.md); the kernel tests hold
-every variant to the simulator bit for bit.
+The kernel tests hold every variant to the simulator bit for bit.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def _fill(buf_dy, buf_dg, dy_row, x_row, r, neg_mr):
 
 #: Bytes of a row filled between two rounds of prefetches (``_fill_ahead``), and how far ahead of the
 #: fill those rounds ask: far enough for memory to answer before the fill arrives, near enough that
-#: the lines are still in L2 then (docs/performance.md).
+#: the lines are still in L2 then.
 _PIECE_BYTES = 512
 _AHEAD_BYTES = 8192
 #: Bytes of dx computed into the L1 scratch between two runs of streaming stores (``_dx_streamed``).
