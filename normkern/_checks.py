@@ -63,13 +63,13 @@ def check_not_null(op: str, named: tuple[tuple[str, object], ...]) -> None:
             raise NullPointerError(op, name, "must not be None (null pointer)", None)
 
 
-def check_supported(op: str, spec) -> tuple[str, ...]:
-    """The input dtypes of the support table for ``op`` on ``spec``; 561003 when CANN has no kernel there."""
-    allowed = tiling.support(op, spec).dtypes
-    if not allowed:
+def check_supported(op: str, spec) -> tiling.Support:
+    """The support table's entry for ``op`` on ``spec``; 561003 when CANN has no kernel there."""
+    entry = tiling.support(op, spec)
+    if not entry.dtypes:
         raise UnsupportedError(op, "soc", f"must support {tiling.ACLNN_NAMES[op]} (CANN has no kernel for "
                                f"{spec.product})", spec.name)
-    return allowed
+    return entry
 
 
 def check_rank(op: str, name: str, x: np.ndarray, low: int = 2, high: int = 8) -> None:

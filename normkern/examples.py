@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _registry
+from ._dtypes import bfloat16
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -30,10 +31,5 @@ def example_inputs(op: str, shape, dtype: str = "float32", *, seed: int = 0, eps
     record = _registry.get(op, "example_inputs")
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"[{op}] dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
-    if dtype == "bfloat16":
-        import ml_dtypes  # only for a bfloat16 example: it is slow to import
-
-        kind = ml_dtypes.bfloat16
-    else:
-        kind = np.dtype(dtype).type
+    kind = bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     return record.example(tuple(int(d) for d in shape), kind, np.random.default_rng(seed), eps=eps, **options)

@@ -64,8 +64,8 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     check_not_null(OP, (("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts))
                    + ((("meanAll", mean_all), ("invstdAll", invstd_all)) if outputs_required else ()))
     spec = _config.resolve_soc(soc, OP)
-    allowed = check_supported(OP, spec)
-    entry = tiling.support(OP, spec)
+    entry = check_supported(OP, spec)
+    allowed = entry.dtypes
     tensors = [("input", input), ("mean", mean), ("invstd", invstd), ("runningMean", running_mean),
                ("runningVar", running_var), ("counts", counts), ("meanAll", mean_all), ("invstdAll", invstd_all)]
     allowed_dtypes = _allowed_dtypes(allowed)

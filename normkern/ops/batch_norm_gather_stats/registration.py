@@ -6,7 +6,6 @@ import numpy as np
 
 import tiling
 
-from ..._dtypes import dtype_name
 from ..._registry import OpRecord, register
 from .api import OP, batch_norm_gather_stats_with_counts, prepare
 from .reference import batch_norm_gather_stats_reference
@@ -21,9 +20,10 @@ def aclnn_get_workspace_size(input, mean, invstd, runningMean, runningVar, momen
 
 
 def _plan(kw, soc, strategy):
-    d, c = kw["mean"].shape
-    return tiling.plan_batch_norm_gather_stats_with_counts(d, c, dtype_name(kw["mean"].dtype), soc, strategy,
-                                                           momentum=kw["momentum"], eps=kw["eps"])
+    """The plan of the call itself (its own checks and planner call)."""
+    return prepare(kw["input"], kw["mean"], kw["invstd"], kw.get("running_mean"), kw.get("running_var"),
+                   kw["momentum"], kw["eps"], kw["counts"], None, None, soc=soc, strategy=strategy,
+                   outputs_required=False).plan
 
 
 def _plan_shape(shape, dtype, soc, strategy):

@@ -53,7 +53,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     check_not_null(OP, (("input", input),) + ((("mean", mean), ("invstd", invstd)) if outputs_required else ()))
     spec = _config.resolve_soc(soc, OP)
     x = check_array(OP, "input", input)
-    allowed = check_supported(OP, spec)
+    allowed = check_supported(OP, spec).dtypes
     if dtype_name(x.dtype) not in allowed:
         raise InvalidParameterError(OP, "input", f"dtype must be one of {', '.join(allowed)} on {spec.name}",
                                     dtype_name(x.dtype))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import tiling
 
-from ..._dtypes import dtype_name
 from ..._registry import OpRecord, register
 from ...examples import activations
 from .api import OP, arrival_order, batch_norm_stats, bytes_moved, prepare
@@ -19,7 +18,10 @@ def aclnn_get_workspace_size(input, eps, mean, invstd, *, soc=None):
 
 
 def _plan(kw, soc, strategy):
-    return tiling.plan_batch_norm_stats(kw["input"].shape, dtype_name(kw["input"].dtype), soc, strategy)
+    """The plan of the call itself (its own checks and planner call; an atomic plan is shown even while
+    determinism is on)."""
+    return prepare(kw["input"], kw["eps"], None, None, soc=soc, strategy=strategy, deterministic=False,
+                   outputs_required=False).plan
 
 
 def _simulate(plan, kw):

@@ -6,7 +6,6 @@ import numpy as np
 
 import tiling
 
-from ..._dtypes import dtype_name
 from ..._registry import OpRecord, Option, register
 from ...examples import activations, gradients
 from .api import OP, bytes_moved, fast_batch_norm_backward, fused_views, prepare, statistics, unfused_view
@@ -24,8 +23,11 @@ def aclnn_get_workspace_size(gradOut, input, weight, runningMean, runningVar, sa
 
 
 def _plan(kw, soc, strategy):
-    return tiling.plan_fast_batch_norm_backward(kw["input"].shape, dtype_name(kw["input"].dtype), soc, strategy,
-                                                training=kw["training"], weight_dtype="float32", epsilon=kw["eps"])
+    """The plan of the call itself (its own checks and planner call)."""
+    return prepare(kw["grad_out"], kw["input"], kw.get("weight"), kw.get("running_mean"), kw.get("running_var"),
+                   kw.get("save_mean"), kw.get("save_invstd"), kw["training"], kw["eps"],
+                   kw.get("output_mask", (True, True, True)), kw.get("version", 0), None, None, None, soc=soc,
+                   strategy=strategy, outputs_required=False).plan
 
 
 def _plan_shape(shape, dtype, soc, strategy, *, training=True):

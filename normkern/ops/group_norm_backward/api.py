@@ -72,10 +72,10 @@ def _check_mask(output_mask, outputs, outputs_required) -> tuple[bool, bool, boo
     return mask
 
 
-def _check_dtypes(spec, dy, x, mean, rstd, gamma, outputs, mask) -> None:
-    """CheckDtypeValid: gradOut in the product's list; then equal dtypes (A2/A3), or the mixed pairs
-    (mean float32 beside half activations) where the op supports them (950, host)."""
-    entry = tiling.support(OP, spec)
+def _check_dtypes(spec, entry, dy, x, mean, rstd, gamma, outputs, mask) -> None:
+    """CheckDtypeValid: gradOut in the product's list (``entry``, the support table's); then equal
+    dtypes (A2/A3), or the mixed pairs (mean float32 beside half activations) where the op supports them
+    (950, host)."""
     allowed = entry.dtypes
     for name, value in (("gradOut", dy), ("input", x), ("mean", mean), ("rstd", rstd), ("gamma", gamma)):
         if value is not None:
@@ -110,10 +110,10 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
     """
     check_not_null(OP, (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd)))
     spec = _config.resolve_soc(soc, OP)
-    check_supported(OP, spec)
+    entry = check_supported(OP, spec)
     outputs = (grad_input, grad_gamma, grad_beta)
     mask = _check_mask(output_mask, outputs, outputs_required)
-    _check_dtypes(spec, grad_out, input, mean, rstd, gamma, outputs, mask)
+    _check_dtypes(spec, entry, grad_out, input, mean, rstd, gamma, outputs, mask)
     n, c, hxw, g = (check_int(OP, name, v) for name, v in (("N", N), ("C", C), ("HxW", HxW), ("group", group)))
     if g <= 0:
         raise InvalidParameterError(OP, "group", "must be greater than 0", g)

@@ -8,7 +8,6 @@ import numpy as np
 
 import tiling
 
-from ..._dtypes import dtype_name
 from ..._registry import OpRecord, Option, register
 from ...examples import activations, gradients
 from .api import OP, arrival_order, bytes_moved, group_norm_backward, prepare, task_statistics, task_views
@@ -28,8 +27,11 @@ def aclnn_get_workspace_size(gradOut, input, mean, rstd, gamma, N, C, HxW, group
 
 
 def _plan(kw, soc, strategy):
-    return tiling.plan_group_norm_backward(kw["N"], kw["C"], kw["HxW"], kw["group"], dtype_name(kw["input"].dtype),
-                                           soc, strategy, out_dtype=dtype_name(kw["mean"].dtype))
+    """The plan of the call itself (its own checks and planner call; an atomic plan is shown even while
+    determinism is on)."""
+    return prepare(kw["grad_out"], kw["input"], kw["mean"], kw["rstd"], kw.get("gamma"), kw["N"], kw["C"], kw["HxW"],
+                   kw["group"], kw.get("output_mask", (True, True, True)), None, None, None, soc=soc,
+                   strategy=strategy, deterministic=False, outputs_required=False).plan
 
 
 def _plan_shape(shape, dtype, soc, strategy, *, group=1):
