@@ -21,7 +21,8 @@ from numba.core.dispatcher import Dispatcher
 
 #: The modules compiled into every kernel (their functions are inlined or linked into the callers).
 HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py", "_streaming.py", "ops/fast_batch_norm_backward/rows.py",
-                  "ops/fast_batch_norm_backward/sweeps.py")
+                  "ops/fast_batch_norm_backward/sweeps.py", "ops/batch_norm_elemt/kernel.py",
+                  "ops/batch_norm_stats/kernel.py")
 #: The ``tiling`` modules whose plain functions a kernel compiles in (the plan's own arithmetic).
 TILING_MODULES = ("fast_batch_norm_backward.py",)
 

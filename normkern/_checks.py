@@ -9,6 +9,7 @@ import numpy as np
 
 import tiling
 
+from ._dtypes import dtype_name
 from .errors import InvalidParameterError, NullPointerError, UnsupportedError
 
 
@@ -56,11 +57,36 @@ def parse_strategy(op: str, strategy_enum: type[enum.Enum], strategy):
         raise InvalidParameterError(op, "strategy", f"must be one of {names}", repr(strategy)) from None
 
 
-def check_not_null(op: str, named: tuple[tuple[str, object], ...]) -> None:
-    """ACLNN_ERR_PARAM_NULLPTR for the first required tensor that is None."""
+def check_not_null(op: str, named: tuple[tuple[str, object], ...], error=NullPointerError) -> None:
+    """ACLNN_ERR_PARAM_NULLPTR (or ``error``, where the op_api maps a null to another code) for the first
+    required tensor that is None."""
     for name, value in named:
         if value is None:
-            raise NullPointerError(op, name, "must not be None (null pointer)", None)
+            raise error(op, name, "must not be None (null pointer)", None)
+
+
+def check_dtypes(op: str, spec, entry: tiling.Support, named: tuple[tuple[str, object], ...]) -> None:
+    """Every given tensor is a numpy array of a dtype the product table allows on ``spec``."""
+    for name, value in named:
+        if value is not None and dtype_name(check_array(op, name, value).dtype) not in entry.dtypes:
+            raise InvalidParameterError(op, name, f"dtype must be one of {', '.join(entry.dtypes)} on {spec.name}",
+                                        dtype_name(value.dtype))
+
+
+def check_stats_dtypes(op: str, spec, entry: tiling.Support, data_dtype: str,
+                       named: tuple[tuple[str, object], ...]) -> str:
+    """The per-channel tensors share one dtype: the data's, or float32 beside half data where the table
+    allows mixing (``entry.mixed``). Returns that dtype."""
+    present = [(name, value) for name, value in named if value is not None]
+    stats = dtype_name(present[0][1].dtype) if present else data_dtype
+    for name, value in present:
+        got = dtype_name(value.dtype)
+        if got != stats:
+            raise InvalidParameterError(op, name, f"dtype must equal {present[0][0]}'s ({stats})", got)
+    if stats != data_dtype and not (entry.mixed and stats == "float32"):
+        rule = f"the data's ({data_dtype}) or float32" if entry.mixed else f"the data's ({data_dtype})"
+        raise InvalidParameterError(op, present[0][0], f"dtype must be {rule} on {spec.name}", stats)
+    return stats
 
 
 def check_supported(op: str, spec) -> tiling.Support:

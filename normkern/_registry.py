@@ -69,6 +69,8 @@ class OpRecord:
     def call(self, kw: dict, **keywords) -> tuple:
         """Run the op on ``kw`` (updated in place as the op does) and return every output."""
         results = self.function(**kw, **keywords)
+        if len(self.outputs) == 1:  # a single output is returned bare, as PyTorch returns a Tensor
+            results = (results,)
         return (*results, *(kw.get(name) for name in self.updated))
 
 
@@ -83,17 +85,19 @@ def register(record: OpRecord) -> OpRecord:
 
 
 def records() -> tuple[OpRecord, ...]:
-    """Every registered op, in registration order."""
-    return tuple(_RECORDS.values())
+    """Every registered op, in the order of the support table (slices import each other's helpers, so
+    the order they register in is not the order to show them in)."""
+    order = {name: i for i, name in enumerate(tiling.ACLNN_NAMES)}
+    return tuple(sorted(_RECORDS.values(), key=lambda r: order.get(r.name, len(order))))
 
 
 def names() -> tuple[str, ...]:
-    return tuple(_RECORDS)
+    return tuple(r.name for r in records())
 
 
 def get(op: str, caller: str = "normkern") -> OpRecord:
     """The record of ``op``; an unknown name is an error naming the known ones."""
     record = _RECORDS.get(op) if isinstance(op, str) else None
     if record is None:
-        raise InvalidParameterError(caller, "op", f"must be one of {', '.join(_RECORDS)}", repr(op))
+        raise InvalidParameterError(caller, "op", f"must be one of {', '.join(names())}", repr(op))
     return record

@@ -25,6 +25,13 @@ def gradients(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
+def channel_statistics(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 per-channel (axis 1) mean and ``1/sqrt(biased_var + eps)`` of ``x``, as a forward pass gives."""
+    axes = (0, *range(2, x.ndim))
+    x64 = x.astype(np.float64)
+    return x64.mean(axis=axes), 1 / np.sqrt(x64.var(axis=axes) + eps)
+
+
 def example_inputs(op: str, shape, dtype: str = "float32", *, seed: int = 0, eps: float = 1e-5, **options) -> dict:
     """Keyword arguments for ``normkern.<op>``: the op record's ``shape_help`` says what ``shape`` is,
     and ``options`` are the op's own (the ``dest`` of its CLI options, such as ``group``)."""

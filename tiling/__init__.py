@@ -3,6 +3,11 @@
 Pure Python (NumPy only for ``kernel_args``); it never imports numba or normkern.
 """
 
+from .batch_norm_backward_reduce import (
+    BatchNormReduceBackwardPlan,
+    BatchNormReduceBackwardStrategy,
+    plan_batch_norm_backward_reduce,
+)
 from .batch_norm_gather_stats import (
     GatherStatsArgs,
     GatherStatsPlan,
@@ -14,6 +19,15 @@ from .batch_norm_stats import (
     BatchNormStatsPlan,
     BatchNormStatsStrategy,
     plan_batch_norm_stats,
+)
+from .elementwise import (
+    BatchNormElemtBackwardPlan,
+    BatchNormElemtPlan,
+    ElementwiseArgs,
+    ElementwisePlan,
+    ElementwiseStrategy,
+    plan_batch_norm_backward_elemt,
+    plan_batch_norm_elemt,
 )
 from .fast_batch_norm_backward import (
     FastBatchNormBackwardPlan,
@@ -49,6 +63,9 @@ __all__ = [
     "GroupNormBackwardPlan", "GroupNormBackwardStrategy", "plan_group_norm_backward",
     "GatherStatsArgs", "GatherStatsPlan", "GatherStatsStrategy", "plan_batch_norm_gather_stats_with_counts",
     "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",
+    "BatchNormReduceBackwardPlan", "BatchNormReduceBackwardStrategy", "plan_batch_norm_backward_reduce",
+    "BatchNormElemtPlan", "BatchNormElemtBackwardPlan", "ElementwiseArgs", "ElementwisePlan", "ElementwiseStrategy",
+    "plan_batch_norm_elemt", "plan_batch_norm_backward_elemt",
     "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",
     "LANES", "Combine", "LaneOrder", "ReduceLevel", "ReductionTree",
     "A2_A3", "ASCEND950", "ATLAS_INFERENCE", "ATLAS_TRAINING", "DEFAULT_SOC", "HOST", "SocSpec", "get_soc",

@@ -44,7 +44,7 @@ import enum
 from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -87,9 +87,21 @@ class BatchNormStatsArgs(NamedTuple):
 
 @dataclass(frozen=True)
 class BatchNormStatsProblem:
+    """One per-channel row reduction; BatchNormReduceBackward plans its sums with the same layout."""
+
+    op: ClassVar[str] = OP
+    aclnn: ClassVar[str] = "aclnnBatchNormStats"
+
     shape: tuple[int, ...]
     dtype: str
     soc: SocSpec
+
+    def plan_class(self) -> type[BatchNormStatsPlan]:
+        return BatchNormStatsPlan
+
+    def plan_fields(self) -> dict:
+        """Fields of the op's plan class beyond BatchNormStatsPlan's."""
+        return {}
 
     @property
     def n(self) -> int:
@@ -128,6 +140,9 @@ class BatchNormStatsPlan(Plan):
         "rows start at lane 0 (64-element UB pitch); each lane adds its elements in ascending order",
     )
 
+    #: The workspace regions of the per-core partials, one per summed quantity.
+    partial_regions: ClassVar[tuple[str, str]] = ("sum_partials", "sqdev_partials")
+
     strategy: BatchNormStatsStrategy
     shape: tuple[int, ...] = unit("", "input shape (N, C, *spatial)")
     dtype: str = unit("", "input dtype; compute and outputs are float32")
@@ -151,7 +166,7 @@ class BatchNormStatsPlan(Plan):
     def check(self) -> None:
         if prod(self.shape) != self.n * self.c * self.hxw or self.shape[1] != self.c:
             raise ValueError(f"plan dims {self.n},{self.c},{self.hxw} do not match shape {self.shape}")
-        if self.strategy is BatchNormStatsStrategy.EMPTY:
+        if self.strategy.value == "empty":
             if self.reduction_len:
                 raise ValueError("an empty plan for a non-empty problem")
             return
@@ -166,15 +181,15 @@ class BatchNormStatsPlan(Plan):
         used = self.ub_bytes_used
         if used > self.soc.ub_bytes:
             raise ValueError(f"UB block needs {used} bytes, {self.soc.name} has {self.soc.ub_bytes}")
-        items = self.c if self.strategy is BatchNormStatsStrategy.SPLIT_C else self.rows_per_channel
+        items = self.c if self.strategy.value == "split_c" else self.rows_per_channel
         if self.core_split.total != items:
             raise ValueError(f"core split covers {self.core_split.total} items, expected {items}")
-        rows_per_core = self.rows_per_channel if self.strategy is BatchNormStatsStrategy.SPLIT_C \
+        rows_per_core = self.rows_per_channel if self.strategy.value == "split_c" \
             else self.core_split.big_items
         if self.block_split.total != rows_per_core or self.block_split.block_items > self.rows_per_block:
             raise ValueError("block split does not cover the largest core's rows in UB-sized blocks")
-        if self.strategy is not BatchNormStatsStrategy.SPLIT_C:
-            for name in ("sum_partials", "sqdev_partials"):
+        if self.strategy.value != "split_c":
+            for name in self.partial_regions:
                 if self.workspace.region(name).shape != (self.block_dim, self.c):
                     raise ValueError(f"workspace region {name} must hold ({self.block_dim}, {self.c}) partials")
 
@@ -191,9 +206,9 @@ class BatchNormStatsPlan(Plan):
     def kernel_args(self) -> BatchNormStatsArgs:
         ranges = self.core_split.ranges()
         sum_offset = sqdev_offset = 0
-        if self.strategy in (BatchNormStatsStrategy.SPLIT_R, BatchNormStatsStrategy.ATOMIC):
-            sum_offset = self.workspace.region("sum_partials").offset // 4
-            sqdev_offset = self.workspace.region("sqdev_partials").offset // 4
+        if self.strategy.value in ("split_r", "atomic"):
+            sum_offset = self.workspace.region(self.partial_regions[0]).offset // 4
+            sqdev_offset = self.workspace.region(self.partial_regions[1]).offset // 4
         return BatchNormStatsArgs(
             n=self.n, c=self.c, hxw=self.hxw,
             segs_per_plane=self.segs_per_plane, seg_elems=self.seg_elems,
@@ -208,7 +223,7 @@ class BatchNormStatsPlan(Plan):
 def _rows_layout(problem: BatchNormStatsProblem) -> dict:
     block = problem.ub_block_elems
     if block < LANES:
-        raise TilingError(f"[{OP}] UB of {problem.soc.ub_bytes} bytes cannot hold one 64-element row")
+        raise TilingError(f"[{problem.op}] UB of {problem.soc.ub_bytes} bytes cannot hold one 64-element row")
     pitch = align_up(problem.hxw, LANES)
     if pitch <= block:
         return dict(row_pitch=pitch, segs_per_plane=1, seg_elems=problem.hxw,
@@ -228,16 +243,17 @@ def _build(problem: BatchNormStatsProblem, strategy: BatchNormStatsStrategy,
     common = dict(soc=soc, strategy=strategy, source="modeled", tiling_key=None, rejected=rejected,
                   tiling_data=None, shape=problem.shape, dtype=problem.dtype, n=problem.n, c=problem.c,
                   hxw=problem.hxw, bytes_per_elem=problem.bytes_per_elem,
-                  ub_block_elems=problem.ub_block_elems)
-    if strategy is BatchNormStatsStrategy.EMPTY:
-        return BatchNormStatsPlan(
+                  ub_block_elems=problem.ub_block_elems, **problem.plan_fields())
+    plan_class = problem.plan_class()
+    if strategy.value == "empty":
+        return plan_class(
             **common, block_dim=0, core_split=Split.even(0, soc.vector_cores),
             tree=ReductionTree(()), workspace=WorkspaceLayout(0, 0),
             row_pitch=0, segs_per_plane=0, seg_elems=0, tail_seg_elems=0, rows_per_channel=0,
             rows_per_block=0, block_split=Split.blocks(0, 1))
     layout = _rows_layout(problem)
     rows = problem.n * layout["segs_per_plane"]
-    if strategy is BatchNormStatsStrategy.SPLIT_C:
+    if strategy.value == "split_c":
         core_split = Split.even(problem.c, soc.vector_cores)
         block_split = Split.blocks(rows, layout["rows_per_block"])
         levels = (_lanes_level(),
@@ -247,7 +263,7 @@ def _build(problem: BatchNormStatsProblem, strategy: BatchNormStatsStrategy,
         core_split = Split.even(rows, soc.vector_cores)
         block_split = Split.blocks(core_split.big_items, layout["rows_per_block"])
         cores = core_split.parts
-        if strategy is BatchNormStatsStrategy.SPLIT_R:
+        if strategy.value == "split_r":
             core_level = ReduceLevel("cores", Combine.SEQUENTIAL, cores,
                                      "per-core partials in the workspace, added in core order")
         else:
@@ -257,9 +273,9 @@ def _build(problem: BatchNormStatsProblem, strategy: BatchNormStatsStrategy,
                   ReduceLevel("blocks", Combine.SEQUENTIAL, block_split.parts, "block sums in block order"),
                   core_level)
         workspace = WorkspaceLayout.build(soc.system_workspace_bytes,
-                                          (("sum_partials", (cores, problem.c)),
-                                           ("sqdev_partials", (cores, problem.c))))
-    return BatchNormStatsPlan(
+                                          tuple((name, (cores, problem.c))
+                                                for name in plan_class.partial_regions))
+    return plan_class(
         **common, block_dim=core_split.parts, core_split=core_split,
         tree=ReductionTree(levels, LaneOrder.INTERLEAVED), workspace=workspace,
         rows_per_channel=rows, block_split=block_split, **layout)
@@ -297,19 +313,30 @@ def _check_atomic(problem):
     rejection = _check_split_r(problem)
     if rejection is not None:
         return Rejection("atomic", rejection.reason, True)
-    return Rejection("atomic", "aclnnBatchNormStats is deterministic by default; atomic only when asked for",
+    return Rejection("atomic", f"{problem.aclnn} is deterministic by default; atomic only when asked for",
                      False)
 
 
-REGISTRY = StrategyRegistry(OP, BatchNormStatsStrategy, tuple(
-    Strategy(s, check, lambda p, r, s=s: _build(p, s, r))
-    for s, check in (
-        (BatchNormStatsStrategy.EMPTY, _check_empty),
-        (BatchNormStatsStrategy.SPLIT_C, _check_split_c),
-        (BatchNormStatsStrategy.SPLIT_R, _check_split_r),
-        (BatchNormStatsStrategy.ATOMIC, _check_atomic),
-    )
-))
+def row_reduction_registry(op: str, strategy_enum) -> StrategyRegistry:
+    """The four strategies of a per-channel row reduction, for ``strategy_enum``'s members of the same
+    names (BatchNormStats and BatchNormReduceBackward)."""
+    checks = {"empty": _check_empty, "split_c": _check_split_c, "split_r": _check_split_r,
+              "atomic": _check_atomic}
+    return StrategyRegistry(op, strategy_enum, tuple(
+        Strategy(s, checks[s.value], lambda p, r, s=s: _build(p, s, r)) for s in strategy_enum))
+
+
+def check_shape(op: str, shape: tuple[int, ...]) -> None:
+    """Rank 2 to 8, no negative dim, C > 0."""
+    if not 2 <= len(shape) <= 8:
+        raise TilingError(f"[{op}] input must have rank 2 to 8, got rank {len(shape)}")
+    if any(d < 0 for d in shape):
+        raise TilingError(f"[{op}] input dims must be non-negative, got {shape}")
+    if shape[1] == 0:
+        raise TilingError(f"[{op}] input dim 1 (C) must be positive, got shape {shape}")
+
+
+REGISTRY = row_reduction_registry(OP, BatchNormStatsStrategy)
 
 
 def plan_batch_norm_stats(shape, dtype="float32", soc: str | SocSpec | None = None,
@@ -325,11 +352,6 @@ def plan_batch_norm_stats(shape, dtype="float32", soc: str | SocSpec | None = No
 
 @lru_cache(maxsize=256)
 def _plan_cached(shape, dtype, soc, strategy) -> BatchNormStatsPlan:
-    if not 2 <= len(shape) <= 8:
-        raise TilingError(f"[{OP}] input must have rank 2 to 8, got rank {len(shape)}")
-    if any(d < 0 for d in shape):
-        raise TilingError(f"[{OP}] input dims must be non-negative, got {shape}")
-    if shape[1] == 0:
-        raise TilingError(f"[{OP}] input dim 1 (C) must be positive, got shape {shape}")
+    check_shape(OP, shape)
     require(OP, soc, dtype)
     return REGISTRY.plan(BatchNormStatsProblem(shape, dtype, soc), strategy)

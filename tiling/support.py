@@ -62,6 +62,9 @@ ACLNN_NAMES: dict[str, str] = {
     "batch_norm_gather_stats_with_counts": "aclnnBatchNormGatherStatsWithCounts",
     "fast_batch_norm_backward": "aclnnFastBatchNormBackward",
     "group_norm_backward": "aclnnGroupNormBackward",
+    "batch_norm_elemt": "aclnnBatchNormElemt",
+    "batch_norm_backward_reduce": "aclnnBatchNormReduceBackward",
+    "batch_norm_backward_elemt": "aclnnBatchNormElemtBackward",
 }
 
 
@@ -88,6 +91,20 @@ _TABLE: dict[tuple[str, str], Support] = {
         ATLAS_TRAINING: (NO_BF16, None, "GroupNormGrad runs as its AscendC kernel only on Atlas A2/A3"),
         ASCEND950: (ALL, None, "the Ascend950 (arch35) GroupNormGrad tiling is not modeled", True),
         HOST: (ALL, "modeled", "the GroupNormGrad tiling with the CPU's figures", True)}),
+    **_rows("batch_norm_elemt", {
+        A2_A3: (ALL, "modeled", "op_api over the closed TBE BatchNorm inference kernel"),
+        ATLAS_TRAINING: (NO_BF16, "modeled", "op_api over the closed TBE BatchNorm inference kernel"),
+        HOST: (ALL, "modeled", "the elementwise split with the CPU's figures", True)}),
+    **_rows("batch_norm_backward_reduce", {
+        A2_A3: (ALL, "modeled", "ReduceSum (tiling not in ops-nn) + SyncBatchNormBackwardReduce", True),
+        ATLAS_TRAINING: (NO_BF16, "modeled", "ReduceSum + closed TBE SyncBatchNormBackwardReduce", True),
+        ASCEND950: (ALL, "modeled", "ReduceSum (tiling not in ops-nn) + the arch35 elementwise kernel", True),
+        HOST: (ALL, "modeled", "the row reduction with the CPU's figures", True)}),
+    **_rows("batch_norm_backward_elemt", {
+        A2_A3: (ALL, "modeled", "closed TBE SyncBatchNormBackwardElemt", True),
+        ATLAS_TRAINING: (NO_BF16, "modeled", "closed TBE SyncBatchNormBackwardElemt", True),
+        ASCEND950: (ALL, "modeled", "arch35 elementwise kernel, key 0 (its split lives in ops-base)", True),
+        HOST: (ALL, "modeled", "the elementwise split with the CPU's figures", True)}),
 }
 
 

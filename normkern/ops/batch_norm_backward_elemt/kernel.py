@@ -1,0 +1,28 @@
+"""The BatchNormElemtBackward kernel: the walk of ``batch_norm_elemt.kernel`` over a plan's flat ranges,
+one fixed float32 expression per element."""
+
+from __future__ import annotations
+
+from numba import njit, prange
+
+from ..._dtypes import from_f32, to_f32
+from ..batch_norm_elemt.kernel import plane_end
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def elemt_backward(dy, x, args, spans, mean, mean_dy, factor, scale, out):
+    """out = ((dy - mean_dy) - (x - mean) * factor) * scale, per element (the SyncBatchNormBackwardElemt
+    DAG with its per-channel products ``factor = mean_dy_xmu * (invstd * invstd)`` and
+    ``scale = invstd * weight`` formed once per channel: the same float32 values it forms per element)."""
+    like = out[0]
+    for t in prange(spans.shape[0] - 1):
+        for core in range(spans[t], spans[t + 1]):
+            pos = args.core_start[core]
+            end = pos + args.core_count[core]
+            while pos < end:
+                plane, stop = plane_end(pos, end, args.hxw)
+                c = plane % args.c
+                m, mdy, f, s = mean[c], mean_dy[c], factor[c], scale[c]
+                for i in range(pos, stop):
+                    out[i] = from_f32(((to_f32(dy[i]) - mdy) - (to_f32(x[i]) - m) * f) * s, like)
+                pos = stop

@@ -1,0 +1,37 @@
+"""The BatchNormElemt kernel, and the plane walk BatchNormElemtBackward's kernel shares.
+
+Each core of the plan owns one flat element range (``core_start``, ``core_count``); the range crosses
+planes of ``HxW`` elements, and each plane takes its channel's float32 coefficients. Every element is
+one fixed float32 expression, so neither the split nor the thread count changes a bit; ``prange``
+runs over the CPU threads, each over a run of the plan's cores (``_threads``).
+"""
+
+from __future__ import annotations
+
+from numba import njit, prange
+
+from ..._dtypes import from_f32, to_f32
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def plane_end(pos, end, hxw):
+    """(channel plane index, end of the plane's part of [pos, end))."""
+    plane = pos // hxw
+    return plane, min((plane + 1) * hxw, end)
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def elemt(x, args, spans, mean, scale, weight, bias, out):
+    """out = ((x - mean) * scale) * weight + bias, per element; x and out flat, the rest (C,) float32."""
+    like = out[0]
+    for t in prange(spans.shape[0] - 1):
+        for core in range(spans[t], spans[t + 1]):
+            pos = args.core_start[core]
+            end = pos + args.core_count[core]
+            while pos < end:
+                plane, stop = plane_end(pos, end, args.hxw)
+                c = plane % args.c
+                m, k, w, b = mean[c], scale[c], weight[c], bias[c]
+                for i in range(pos, stop):
+                    out[i] = from_f32(((to_f32(x[i]) - m) * k) * w + b, like)
+                pos = stop
