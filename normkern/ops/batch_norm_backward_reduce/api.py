@@ -58,21 +58,21 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
     wanted = (masks[0], masks[0], masks[1], masks[2])
     check_not_null(OP, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd)))
     if outputs_required:
-        check_not_null(OP, tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted) if w))
+        check_not_null(OP, tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted, strict=True) if w))
     spec = _config.resolve_soc(soc, OP)
     entry = check_supported(OP, spec)
     check_dtypes(OP, spec, entry, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd)))
     if grad_out.dtype != input.dtype:
         raise InvalidParameterError(OP, "gradOut", f"dtype must equal input's ({dtype_name(input.dtype)})",
                                     dtype_name(grad_out.dtype))
-    check_dtypes(OP, spec, entry, tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted) if w)
+    check_dtypes(OP, spec, entry, tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted, strict=True) if w)
                  + (("weight", weight),))
     check_rank(OP, "gradOut", grad_out)
     check_rank(OP, "input", input)
     channels = input.shape[1]
     if channels == 0:
         raise InvalidParameterError(OP, "input", "dim 1 (C) must be positive", f"shape {input.shape}")
-    for name, value, want in zip(OUTPUTS, outputs, wanted):
+    for name, value, want in zip(OUTPUTS, outputs, wanted, strict=True):
         if want and value is not None:
             if value.shape != (channels,):
                 raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
@@ -83,7 +83,7 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
     for name, value in (("mean", mean), ("invstd", invstd), ("weight", weight)):
         if value is not None and value.shape != (channels,):
             raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
-    live = tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted) if w)
+    live = tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted, strict=True) if w)
     check_overlaps(OP, live, (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, BatchNormReduceBackwardStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
@@ -100,8 +100,9 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
     weight_dtype = stats_dtype if weight is None else weight.dtype
 
     def run(workspace):
+        dtypes = (stats_dtype, stats_dtype, weight_dtype, weight_dtype)
         targets = [o if o is not None else np.zeros(channels, d) if w else None
-                   for o, w, d in zip(outputs, wanted, (stats_dtype, stats_dtype, weight_dtype, weight_dtype))]
+                   for o, w, d in zip(outputs, wanted, dtypes, strict=True)]
         if plan.strategy is BatchNormReduceBackwardStrategy.EMPTY:
             if spec.arch in (tiling.ASCEND950, tiling.HOST):  # the op_api fills zeros on regbase only
                 for target in targets:
@@ -121,11 +122,11 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
         else:
             kernel.split_r(dy3, x3, workspace, args, spans, arrival_order(plan, arrival_seed), shift, s_dy, s_p)
         xmu = s_p if plan.centered else s_p - mean32 * s_dy
-        write_back(zip(targets, (s_dy, xmu, xmu * np.asarray(invstd, F32), s_dy)))
+        write_back(zip(targets, (s_dy, xmu, xmu * np.asarray(invstd, F32), s_dy), strict=True))
         return tuple(targets)
 
     return Executor(OP, plan, run, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd),
-                                    ("weight", weight), *zip(OUTPUTS, outputs)))
+                                    ("weight", weight), *zip(OUTPUTS, outputs, strict=True)))
 
 
 def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *, soc=None,

@@ -31,7 +31,7 @@ def _cast(outputs, kw):
     """The simulator's float32 results in the dtypes the call returns."""
     weight_dtype = np.asarray(kw["mean"] if kw["weight"] is None else kw["weight"]).dtype
     dtypes = (kw["mean"].dtype, kw["mean"].dtype, weight_dtype, weight_dtype)
-    return tuple(o.astype(d) for o, d in zip(outputs, dtypes))
+    return tuple(o.astype(d) for o, d in zip(outputs, dtypes, strict=True))
 
 
 def _example(shape, dtype, rng, *, eps):

@@ -16,7 +16,7 @@ F32 = np.float32
 
 def blocks(plan):
     """(start, stop) of every UB block of every core, in core order."""
-    for core, (start, count) in enumerate(plan.core_split.ranges()):
+    for core, (start, _) in enumerate(plan.core_split.ranges()):
         split = plan.block_split if core < plan.core_split.parts - 1 else plan.tail_block_split
         for offset, length in split.ranges():
             yield start + offset, start + offset + length
