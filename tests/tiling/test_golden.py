@@ -34,6 +34,13 @@ GOLDEN_CASES = {
                                                                                    "Ascend910B2"),
     "groupnorm_a2_bf16_n8_c32_hw49_g8": lambda: tiling.plan_group_norm_backward(8, 32, 49, 8, "bfloat16",
                                                                                 "Ascend910B2"),
+    "elemt_a2_f16_32x64x56x56": lambda: tiling.plan_batch_norm_elemt((32, 64, 56, 56), "float16", "Ascend910B2"),
+    "bnreduce_a950_f32_32x64x56x56": lambda: tiling.plan_batch_norm_backward_reduce((32, 64, 56, 56), "float32",
+                                                                                    "Ascend950"),
+    "bnreduce_a2_bf16_256x4x14x14_atomic": lambda: tiling.plan_batch_norm_backward_reduce(
+        (256, 4, 14, 14), "bfloat16", "Ascend910B2", "atomic"),
+    "elemtbw_a950_f16_f32_8x512x7x7": lambda: tiling.plan_batch_norm_backward_elemt(
+        (8, 512, 7, 7), "float16", "Ascend950", stats_dtype="float32", devices=4),
 }
 
 
