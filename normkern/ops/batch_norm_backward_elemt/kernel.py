@@ -6,6 +6,7 @@ from __future__ import annotations
 from numba import njit, prange
 
 from ..._dtypes import from_f32, to_f32
+from ..._views import row_view
 from ..batch_norm_elemt.kernel import plane_end
 
 
@@ -23,6 +24,8 @@ def elemt_backward(dy, x, args, spans, mean, mean_dy, factor, scale, out):
                 plane, stop = plane_end(pos, end, args.hxw)
                 c = plane % args.c
                 m, mdy, f, s = mean[c], mean_dy[c], factor[c], scale[c]
-                for i in range(pos, stop):
-                    out[i] = from_f32(((to_f32(dy[i]) - mdy) - (to_f32(x[i]) - m) * f) * s, like)
+                length = stop - pos
+                ds, xs, gs = row_view(dy, pos, length), row_view(x, pos, length), row_view(out, pos, length)
+                for i in range(length):  # from 0: see batch_norm_elemt.kernel
+                    gs[i] = from_f32(((to_f32(ds[i]) - mdy) - (to_f32(xs[i]) - m) * f) * s, like)
                 pos = stop

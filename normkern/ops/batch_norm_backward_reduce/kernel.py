@@ -16,8 +16,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..._dtypes import to_f32
-from ..._lanes import LANES, STEP, fold
-from ..batch_norm_stats.kernel import _add_partials, _plane_row
+from ..._lanes import LANES, STEP, fold, prefetch_row
+from ..batch_norm_stats.kernel import PREFETCH_AHEAD, PREFETCH_BELOW, _add_partials, _plane_row
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -39,13 +39,16 @@ def _accumulate_products(lanes_dy, lanes_p, dy, x, shift):
             lanes_dy[j] = a
             lanes_p[j] = p
     pos = steps * STEP
-    while pos < n:
-        width = min(LANES, n - pos)
-        for j in range(width):
+    while pos + LANES <= n:  # whole 64-element chunks: a constant trip count, which LLVM vectorizes
+        for j in range(LANES):
             g = to_f32(dy[pos + j])
             lanes_dy[j] += g
             lanes_p[j] += g * (to_f32(x[pos + j]) - shift)
-        pos += width
+        pos += LANES
+    for j in range(n - pos):
+        g = to_f32(dy[pos + j])
+        lanes_dy[j] += g
+        lanes_p[j] += g * (to_f32(x[pos + j]) - shift)
 
 
 @njit(cache=True, error_model="numpy")
@@ -60,7 +63,12 @@ def _rows_sums(dy, x, c, first_row, n_rows, args, lanes_dy, lanes_p, shift):
         lanes_dy[:] = 0.0
         lanes_p[:] = 0.0
         for r in range(row, stop):
-            _accumulate_products(lanes_dy, lanes_p, _plane_row(dy, c, r, args), _plane_row(x, c, r, args), shift)
+            d = _plane_row(dy, c, r, args)
+            if d.shape[0] < PREFETCH_BELOW and r + PREFETCH_AHEAD < end:
+                # short rows start cold at a stride of C*HxW: ask for both rows a few rows ahead
+                prefetch_row(_plane_row(dy, c, r + PREFETCH_AHEAD, args))
+                prefetch_row(_plane_row(x, c, r + PREFETCH_AHEAD, args))
+            _accumulate_products(lanes_dy, lanes_p, d, _plane_row(x, c, r, args), shift)
         sum_dy += fold(lanes_dy)
         sum_p += fold(lanes_p)
         row = stop

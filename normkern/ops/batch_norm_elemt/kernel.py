@@ -11,6 +11,7 @@ from __future__ import annotations
 from numba import njit, prange
 
 from ..._dtypes import from_f32, to_f32
+from ..._views import row_view
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -32,6 +33,10 @@ def elemt(x, args, spans, mean, scale, weight, bias, out):
                 plane, stop = plane_end(pos, end, args.hxw)
                 c = plane % args.c
                 m, k, w, b = mean[c], scale[c], weight[c], bias[c]
-                for i in range(pos, stop):
-                    out[i] = from_f32(((to_f32(x[i]) - m) * k) * w + b, like)
+                # Views from 0, not global indices: an index loop from ``pos`` keeps Numba's negative-index
+                # wraparound in the body, and LLVM then leaves it scalar (five times slower).
+                xs = row_view(x, pos, stop - pos)
+                ys = row_view(out, pos, stop - pos)
+                for i in range(stop - pos):
+                    ys[i] = from_f32(((to_f32(xs[i]) - m) * k) * w + b, like)
                 pos = stop
