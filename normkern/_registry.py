@@ -85,10 +85,9 @@ def register(record: OpRecord) -> OpRecord:
 
 
 def records() -> tuple[OpRecord, ...]:
-    """Every registered op, in the order of the support table (slices import each other's helpers, so
-    the order they register in is not the order to show them in)."""
-    order = {name: i for i, name in enumerate(tiling.ACLNN_NAMES)}
-    return tuple(sorted(_RECORDS.values(), key=lambda r: order.get(r.name, len(order))))
+    """Every registered op, by name (slices import each other's helpers, so the order they register in
+    depends on imports)."""
+    return tuple(sorted(_RECORDS.values(), key=lambda r: r.name))
 
 
 def names() -> tuple[str, ...]:
