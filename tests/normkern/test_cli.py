@@ -129,3 +129,20 @@ def test_help_version_and_json_listings(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert {"op": "batch_norm_stats", "family": "DAV_2201", "dtypes": ["float32", "float16"], "tiling": "modeled",
             "note": "the A2/A3 kernel is closed TBE", "mixed": False} in rows
+
+
+@pytest.mark.parametrize("op, soc, head", [
+    ("batch_norm_elemt", "Ascend910B2", "batch_norm_elemt[elementwise] Ascend910B2 cores=48"),
+    ("batch_norm_backward_reduce", "Ascend950", "batch_norm_backward_reduce[split_c] Ascend950 cores=64"),
+    ("batch_norm_backward_elemt", "Ascend950", "batch_norm_backward_elemt[elementwise] Ascend950 key=0 cores=64"),
+])
+def test_the_sync_batch_norm_ops_plan_run_and_check_determinism(capsys, op, soc, head):
+    assert main(["plan", op, "--shape", "32,64,56,56", "--soc", soc]) == 0
+    assert capsys.readouterr().out.startswith(head)
+    assert main(["run", op, "--shape", "3,5,7,9", "--soc", soc, "--repeat", "1", "--check", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bitwise_equal_to_simulator"] is True
+    errors = [v for k, v in report.items() if k.endswith("_max_err_rel_to_max")]
+    assert errors and max(errors) < 1e-5
+    assert main(["determinism", op, "--shape", "3,5,7,9", "--soc", soc, "--runs", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["deterministic"] is True
