@@ -58,6 +58,12 @@ def _row(op, shape, dtype):
     return {"op": op, "shape": "x".join(map(str, shape)), "dtype": dtype}
 
 
+def _measure(benchmark, stream, runs, row, nbytes, names=("nk_Ascend910B2", "nk_host")):
+    time_against_triad(benchmark, stream, runs, row, nbytes, list(names))
+    benchmark.extra_info.update(row)
+    record(row)
+
+
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_batch_norm_elemt(benchmark, environment, stream, shape, dtype):
@@ -80,9 +86,7 @@ def test_batch_norm_elemt(benchmark, environment, stream, shape, dtype):
         runs["torch"] = lambda: F.batch_norm(tx, *targs, training=False, eps=EPS)
     except ImportError:
         pass
-    time_against_triad(benchmark, stream, runs, row, elemt_bytes(shape, x.dtype), ["nk_Ascend910B2", "nk_host"])
-    benchmark.extra_info.update(row)
-    record(row)
+    _measure(benchmark, stream, runs, row, elemt_bytes(shape, x.dtype))
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -97,9 +101,7 @@ def test_batch_norm_backward_reduce(benchmark, environment, stream, shape, dtype
         row[f"plan_{soc}"] = str(tiling.plan_batch_norm_backward_reduce(shape, dtype, soc))
         runs[f"nk_{soc}"] = lambda soc=soc: normkern.batch_norm_backward_reduce(
             dy, x, mean, invstd, weight, True, True, True, soc=soc, out=outs)
-    time_against_triad(benchmark, stream, runs, row, reduce_bytes(shape, x.dtype), ["nk_Ascend910B2", "nk_host"])
-    benchmark.extra_info.update(row)
-    record(row)
+    _measure(benchmark, stream, runs, row, reduce_bytes(shape, x.dtype))
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -116,10 +118,7 @@ def test_batch_norm_backward_elemt(benchmark, environment, stream, shape, dtype)
         row[f"plan_{soc}"] = str(tiling.plan_batch_norm_backward_elemt(shape, dtype, soc, stats_dtype="float32"))
         runs[f"nk_{soc}"] = lambda soc=soc: normkern.batch_norm_backward_elemt(
             dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count, soc=soc, out=out)
-    time_against_triad(benchmark, stream, runs, row, elemt_backward_bytes(shape, x.dtype),
-                       ["nk_Ascend910B2", "nk_host"])
-    benchmark.extra_info.update(row)
-    record(row)
+    _measure(benchmark, stream, runs, row, elemt_backward_bytes(shape, x.dtype))
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -149,6 +148,4 @@ def test_backward_pair_against_native_batch_norm_backward(benchmark, environment
     except ImportError:
         pass
     nbytes = reduce_bytes(shape, x.dtype) + elemt_backward_bytes(shape, x.dtype)
-    time_against_triad(benchmark, stream, runs, row, nbytes, ["nk_Ascend910B2", "nk_host", "nk_fast_host"])
-    benchmark.extra_info.update(row)
-    record(row)
+    _measure(benchmark, stream, runs, row, nbytes, ("nk_Ascend910B2", "nk_host", "nk_fast_host"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._dtypes import kernel_view
+
 F32 = np.dtype(np.float32)
 
 
@@ -34,3 +36,18 @@ def in_order(plan, rows: int, count: int) -> np.ndarray:
         return order
 
     return plan.memo("in_order", make)
+
+
+def elementwise_output(output: np.ndarray | None, like: np.ndarray, launch) -> np.ndarray:
+    """An elementwise op's output: ``output``, or a new array of ``like``'s shape and dtype. ``launch(flat)``
+    fills a flat kernel view of it, or of a C-contiguous staging array copied into a strided ``output``;
+    ``launch`` None (an empty plan) writes nothing."""
+    target = output if output is not None else np.empty(like.shape, like.dtype)
+    if launch is None:
+        return target
+    direct = target.flags.c_contiguous
+    result = target if direct else np.empty(like.shape, like.dtype)
+    launch(kernel_view(result).reshape(-1))
+    if not direct:
+        target[...] = result
+    return target

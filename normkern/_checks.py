@@ -10,7 +10,7 @@ import numpy as np
 import tiling
 
 from ._dtypes import dtype_name
-from .errors import InvalidParameterError, NullPointerError, UnsupportedError
+from .errors import DeterminismError, InvalidParameterError, NullPointerError, TilingError, UnsupportedError
 
 
 def check_array(op: str, name: str, value) -> np.ndarray:
@@ -183,3 +183,18 @@ def check_output_mask(op: str, value, names: tuple[str, str, str], *, missing=Nu
     if len(entries) != 3 or not all(isinstance(e, (bool, np.bool_)) for e in entries):
         raise InvalidParameterError(op, "outputMask", f"must be 3 bools ({', '.join(names)})", repr(value))
     return tuple(bool(e) for e in entries)
+
+
+def planned(op: str, planner, deterministic: bool = False, what: str | None = None):
+    """``planner()``'s plan; a planner's refusal as normkern's TilingError (561002), and a plan that cannot
+    be deterministic while ``deterministic`` is asked for as a DeterminismError saying ``what`` it adds
+    in arrival order (default: its cores level's partials)."""
+    try:
+        plan = planner()
+    except tiling.TilingError as exc:
+        raise TilingError(op, str(exc)) from exc
+    if deterministic and not plan.deterministic:
+        what = what or f"{plan.tree.level('cores').fan_in} core partials"
+        raise DeterminismError(op, "strategy", f"cannot be used while determinism is on: it adds {what} in "
+                               "arrival order", repr(plan.strategy.value))
+    return plan

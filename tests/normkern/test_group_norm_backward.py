@@ -182,7 +182,7 @@ def test_atomic_arrival_orders_give_different_bits_and_replay():
 def test_determinism_refuses_the_atomic_strategy():
     dy, x, mean, rstd, gamma = make_problem(3, 4, 8, 2, "float32")
     with pytest.raises(normkern.DeterminismError, match=r"strategy cannot be used while determinism is on: it adds "
-                                                        r"each channel's 3 task partials in their arrival order"):
+                                                        r"each channel's 3 task partials in arrival order"):
         normkern.group_norm_backward(dy, x, mean, rstd, gamma, 3, 4, 8, 2, strategy="atomic", deterministic=True)
     with normkern.set_deterministic(True):
         with pytest.raises(normkern.DeterminismError):

@@ -3,12 +3,15 @@ the kernel."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import tiling
 from tiling import BatchNormElemtBackwardPlan, ElementwiseStrategy
 
 from ... import _config
+from ..._buffers import elementwise_output
 from ..._checks import (
     check_array,
     check_arrival_seed,
@@ -19,11 +22,12 @@ from ..._checks import (
     check_stats_dtypes,
     check_supported,
     parse_strategy,
+    planned,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ..._threads import plan_spans
-from ...errors import InvalidParameterError, TilingError
+from ...errors import InvalidParameterError
 from . import kernel
 
 OP = "batch_norm_backward_elemt"
@@ -91,27 +95,18 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
     forced = parse_strategy(OP, ElementwiseStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
-    try:
-        plan = tiling.plan_batch_norm_backward_elemt(input.shape, data, spec, forced, stats_dtype=stats,
-                                                     devices=counter.size)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
+    plan = planned(OP, lambda: tiling.plan_batch_norm_backward_elemt(input.shape, data, spec, forced,
+                                                                     stats_dtype=stats, devices=counter.size))
 
-    def run(workspace):
-        target = grad_input if grad_input is not None else np.empty(input.shape, input.dtype)
-        if plan.strategy is ElementwiseStrategy.EMPTY:
-            return target
-        direct = target.flags.c_contiguous
-        result = target if direct else np.empty(input.shape, input.dtype)
-        factors = channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter)
+    def launch(out):
         dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
         x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
         args = plan.cached_kernel_args()
-        kernel.elemt_backward(dy, x, args, plan_spans(plan, lambda: args.core_count), *factors,
-                              kernel_view(result).reshape(-1))
-        if not direct:
-            target[...] = result
-        return target
+        kernel.elemt_backward(dy, x, args, plan_spans(plan, lambda: args.core_count),
+                              *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
+
+    def run(workspace):
+        return elementwise_output(grad_input, input, None if plan.strategy is ElementwiseStrategy.EMPTY else launch)
 
     return Executor(OP, plan, run, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd),
                                     ("weight", weight), ("sumDy", sum_dy), ("sumDyXmu", sum_dy_xmu),
@@ -138,7 +133,4 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
 
 def bytes_moved(shape, dtype) -> int:
     """The memory-traffic floor: grad_out and input read once, grad_input written once."""
-    count = 1
-    for extent in shape:
-        count *= extent
-    return 3 * count * np.dtype(dtype).itemsize
+    return 3 * math.prod(shape) * np.dtype(dtype).itemsize

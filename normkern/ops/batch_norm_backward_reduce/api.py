@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import tiling
@@ -17,12 +19,13 @@ from ..._checks import (
     check_rank,
     check_supported,
     parse_strategy,
+    planned,
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ..._threads import plan_spans
-from ...errors import DeterminismError, InvalidParameterError, TilingError
+from ...errors import InvalidParameterError
 from . import kernel
 
 OP = "batch_norm_backward_reduce"
@@ -88,14 +91,8 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
     forced = parse_strategy(OP, BatchNormReduceBackwardStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
-    try:
-        plan = tiling.plan_batch_norm_backward_reduce(input.shape, dtype_name(input.dtype), spec, forced)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
-    if want_deterministic and not plan.deterministic:
-        level = plan.tree.level("cores")
-        raise DeterminismError(OP, "strategy", f"cannot be used while determinism is on: it adds "
-                               f"{level.fan_in} core partials in arrival order", repr(plan.strategy.value))
+    plan = planned(OP, lambda: tiling.plan_batch_norm_backward_reduce(input.shape, dtype_name(input.dtype), spec,
+                                                                      forced), want_deterministic)
     stats_dtype = mean.dtype
     weight_dtype = stats_dtype if weight is None else weight.dtype
 
@@ -149,9 +146,6 @@ def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, w
 
 def bytes_moved(shape, dtype) -> int:
     """The memory-traffic floor: grad_out and input read once (the (C,) outputs are negligible)."""
-    count = 1
-    for extent in shape:
-        count *= extent
-    return 2 * count * np.dtype(dtype).itemsize
+    return 2 * math.prod(shape) * np.dtype(dtype).itemsize
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import tiling
 from tiling import BatchNormElemtPlan, ElementwiseStrategy
 
 from ... import _config
+from ..._buffers import elementwise_output
 from ..._checks import (
     check_array,
     check_arrival_seed,
@@ -19,11 +22,12 @@ from ..._checks import (
     check_stats_dtypes,
     check_supported,
     parse_strategy,
+    planned,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ..._threads import plan_spans
-from ...errors import InvalidParameterError, TilingError
+from ...errors import InvalidParameterError
 from . import kernel
 
 OP = "batch_norm_elemt"
@@ -78,24 +82,16 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
     forced = parse_strategy(OP, ElementwiseStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
-    try:
-        plan = tiling.plan_batch_norm_elemt(input.shape, data, spec, forced, stats_dtype=stats)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
+    plan = planned(OP, lambda: tiling.plan_batch_norm_elemt(input.shape, data, spec, forced, stats_dtype=stats))
 
-    def run(workspace):
-        target = output if output is not None else np.empty(input.shape, input.dtype)
-        if plan.strategy is ElementwiseStrategy.EMPTY:
-            return target
-        direct = target.flags.c_contiguous
-        result = target if direct else np.empty(input.shape, input.dtype)
-        factors = channel_factors(plan, weight, bias, mean, invstd, eps)
+    def launch(out):
         x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
         args = plan.cached_kernel_args()
-        kernel.elemt(x, args, plan_spans(plan, lambda: args.core_count), *factors, kernel_view(result).reshape(-1))
-        if not direct:
-            target[...] = result
-        return target
+        kernel.elemt(x, args, plan_spans(plan, lambda: args.core_count),
+                     *channel_factors(plan, weight, bias, mean, invstd, eps), out)
+
+    def run(workspace):
+        return elementwise_output(output, input, None if plan.strategy is ElementwiseStrategy.EMPTY else launch)
 
     return Executor(OP, plan, run, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
                                     ("invstd", invstd), ("output", output)))
@@ -121,7 +117,4 @@ def batch_norm_elemt(input, weight, bias, mean, invstd, eps, *, soc=None, strate
 
 def bytes_moved(shape, dtype) -> int:
     """The memory-traffic floor: the input read once and the output written once."""
-    count = 1
-    for extent in shape:
-        count *= extent
-    return 2 * count * np.dtype(dtype).itemsize
+    return 2 * math.prod(shape) * np.dtype(dtype).itemsize

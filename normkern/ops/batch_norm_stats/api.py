@@ -19,12 +19,13 @@ from ..._checks import (
     check_real,
     check_supported,
     parse_strategy,
+    planned,
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ..._threads import plan_spans
-from ...errors import DeterminismError, InvalidParameterError, TilingError
+from ...errors import InvalidParameterError
 from . import kernel
 
 OP = "batch_norm_stats"
@@ -71,14 +72,8 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     forced = parse_strategy(OP, BatchNormStatsStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
-    try:
-        plan = tiling.plan_batch_norm_stats(x.shape, dtype_name(x.dtype), spec, forced)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
-    if want_deterministic and not plan.deterministic:
-        level = plan.tree.level("cores")
-        raise DeterminismError(OP, "strategy", f"cannot be used while determinism is on: it adds "
-                               f"{level.fan_in} core partials in arrival order", repr(plan.strategy.value))
+    plan = planned(OP, lambda: tiling.plan_batch_norm_stats(x.shape, dtype_name(x.dtype), spec, forced),
+                   want_deterministic)
     eps32 = np.float32(eps)
 
     def run(workspace: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,13 +20,14 @@ from ..._checks import (
     check_overlaps,
     check_supported,
     parse_strategy,
+    planned,
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ..._streaming import worth_streaming
 from ..._threads import plan_spans
-from ...errors import DeterminismError, InvalidParameterError, TilingError
+from ...errors import InvalidParameterError
 from . import kernel
 
 OP = "group_norm_backward"
@@ -146,15 +147,10 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     empty = grad_out.size == 0 or input.size == 0
-    try:
-        plan = tiling.plan_group_norm_backward(n, c, hxw, g, dtype_name(grad_out.dtype), spec,
-                                               S.EMPTY if empty else forced, out_dtype=dtype_name(mean.dtype),
-                                               output_mask=mask)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
-    if want_deterministic and not plan.deterministic:
-        raise DeterminismError(OP, "strategy", f"cannot be used while determinism is on: it adds each channel's "
-                               f"{plan.n} task partials in their arrival order", repr(plan.strategy.value))
+    plan = planned(OP, lambda: tiling.plan_group_norm_backward(n, c, hxw, g, dtype_name(grad_out.dtype), spec,
+                                                               S.EMPTY if empty else forced,
+                                                               out_dtype=dtype_name(mean.dtype), output_mask=mask),
+                   want_deterministic, f"each channel's {n} task partials")
     stats_dtype = mean.dtype
 
     def run(workspace: np.ndarray):
