@@ -10,22 +10,28 @@ from ..._views import row_view
 from ..batch_norm_elemt.kernel import plane_end
 
 
+@njit(cache=True, error_model="numpy")
+def _core(dy, x, args, core, mean, mean_dy, factor, scale, out):
+    """Core ``core``'s range (a function of its own: see ``batch_norm_elemt.kernel._elemt_core``)."""
+    like = out[0]
+    pos = args.core_start[core]
+    end = pos + args.core_count[core]
+    while pos < end:
+        plane, stop = plane_end(pos, end, args.hxw)
+        c = plane % args.c
+        m, mdy, f, s = mean[c], mean_dy[c], factor[c], scale[c]
+        length = stop - pos
+        ds, xs, gs = row_view(dy, pos, length), row_view(x, pos, length), row_view(out, pos, length)
+        for i in range(length):  # from 0: see batch_norm_elemt.kernel
+            gs[i] = from_f32(((to_f32(ds[i]) - mdy) - (to_f32(xs[i]) - m) * f) * s, like)
+        pos = stop
+
+
 @njit(parallel=True, cache=True, error_model="numpy")
 def elemt_backward(dy, x, args, spans, mean, mean_dy, factor, scale, out):
     """out = ((dy - mean_dy) - (x - mean) * factor) * scale, per element (the SyncBatchNormBackwardElemt
     DAG with its per-channel products ``factor = mean_dy_xmu * (invstd * invstd)`` and
     ``scale = invstd * weight`` formed once per channel: the same float32 values it forms per element)."""
-    like = out[0]
     for t in prange(spans.shape[0] - 1):
         for core in range(spans[t], spans[t + 1]):
-            pos = args.core_start[core]
-            end = pos + args.core_count[core]
-            while pos < end:
-                plane, stop = plane_end(pos, end, args.hxw)
-                c = plane % args.c
-                m, mdy, f, s = mean[c], mean_dy[c], factor[c], scale[c]
-                length = stop - pos
-                ds, xs, gs = row_view(dy, pos, length), row_view(x, pos, length), row_view(out, pos, length)
-                for i in range(length):  # from 0: see batch_norm_elemt.kernel
-                    gs[i] = from_f32(((to_f32(ds[i]) - mdy) - (to_f32(xs[i]) - m) * f) * s, like)
-                pos = stop
+            _core(dy, x, args, core, mean, mean_dy, factor, scale, out)

@@ -21,22 +21,30 @@ def plane_end(pos, end, hxw):
     return plane, min((plane + 1) * hxw, end)
 
 
+@njit(cache=True, error_model="numpy")
+def _elemt_core(x, args, core, mean, scale, weight, bias, out):
+    """Core ``core``'s range. A function of its own, not inlined: the bounds checks of CI's checked run
+    then raise in here, and the ``prange`` loop that calls it keeps a single exit (else Numba runs it
+    serially)."""
+    like = out[0]
+    pos = args.core_start[core]
+    end = pos + args.core_count[core]
+    while pos < end:
+        plane, stop = plane_end(pos, end, args.hxw)
+        c = plane % args.c
+        m, k, w, b = mean[c], scale[c], weight[c], bias[c]
+        # Views from 0, not global indices: an index loop from ``pos`` keeps Numba's negative-index
+        # wraparound in the body, and LLVM then leaves it scalar (five times slower).
+        xs = row_view(x, pos, stop - pos)
+        ys = row_view(out, pos, stop - pos)
+        for i in range(stop - pos):
+            ys[i] = from_f32(((to_f32(xs[i]) - m) * k) * w + b, like)
+        pos = stop
+
+
 @njit(parallel=True, cache=True, error_model="numpy")
 def elemt(x, args, spans, mean, scale, weight, bias, out):
     """out = ((x - mean) * scale) * weight + bias, per element; x and out flat, the rest (C,) float32."""
-    like = out[0]
     for t in prange(spans.shape[0] - 1):
         for core in range(spans[t], spans[t + 1]):
-            pos = args.core_start[core]
-            end = pos + args.core_count[core]
-            while pos < end:
-                plane, stop = plane_end(pos, end, args.hxw)
-                c = plane % args.c
-                m, k, w, b = mean[c], scale[c], weight[c], bias[c]
-                # Views from 0, not global indices: an index loop from ``pos`` keeps Numba's negative-index
-                # wraparound in the body, and LLVM then leaves it scalar (five times slower).
-                xs = row_view(x, pos, stop - pos)
-                ys = row_view(out, pos, stop - pos)
-                for i in range(stop - pos):
-                    ys[i] = from_f32(((to_f32(xs[i]) - m) * k) * w + b, like)
-                pos = stop
+            _elemt_core(x, args, core, mean, scale, weight, bias, out)
