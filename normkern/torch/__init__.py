@@ -1,0 +1,29 @@
+"""normkern for PyTorch: every op on CPU tensors, a CPU ``SyncBatchNorm`` on torch.distributed, and batch and
+group norm layers whose backward runs normkern. Needs the ``[torch]`` extra.
+
+- ``normkern.torch.<op>``: the registered ops (``batch_norm_stats`` ... ``batch_norm_backward_elemt``) on
+  tensors, no copy for contiguous ones (``_tensors``).
+- ``SyncBatchNorm`` (``convert_sync_batchnorm``), ``BatchNorm1d/2d/3d``, ``GroupNorm``: drop-ins for
+  ``torch.nn``'s, planning for the ``host`` SoC unless ``soc=`` says otherwise.
+- ``set_threads_per_rank``: the Numba threads of each rank (default: its share of the cores).
+"""
+
+from __future__ import annotations
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the [torch] extra is missing
+    raise ImportError("normkern.torch needs PyTorch: pip install 'normkern[torch]'") from exc
+
+from .. import _registry
+from ._tensors import tensor_op, to_numpy, to_tensor
+from ._threads import set_threads_per_rank, threads_for
+from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
+from .groupnorm import GroupNorm
+
+globals().update({_name: tensor_op(_name) for _name in _registry.names()})
+
+__all__ = [
+    *_registry.names(), "SyncBatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",
+    "set_threads_per_rank", "threads_for", "tensor_op", "to_numpy", "to_tensor",
+]

@@ -1,0 +1,78 @@
+"""Tensors in and out: every registered op on ``torch.Tensor`` arguments, without copies where the layout allows.
+
+A CPU tensor becomes a NumPy view of its own storage (``Tensor.numpy()``; bfloat16 through an int16 view,
+since NumPy has no bfloat16 of its own), so the kernels read the tensor's memory and write an ``out=``
+tensor's memory in place. New outputs come back as tensors over the kernel's own arrays
+(``torch.from_numpy``): no copy either way. A strided tensor (channels_last, a slice) is a strided view;
+the op copies it to a contiguous array first, as CANN's ``Contiguous`` does (the cost: one extra read and
+write of the tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from .. import _registry
+from ..errors import InvalidParameterError
+
+
+def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
+    """A CPU tensor as a NumPy view of its storage (detached; bfloat16 as ``ml_dtypes.bfloat16``); anything
+    else unchanged."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.device.type != "cpu":
+        raise InvalidParameterError(op, name, "must be a CPU tensor", f"a tensor on {value.device}")
+    value = value.detach()
+    if value.is_conj() or value.is_neg():
+        value = value.resolve_conj().resolve_neg()
+    if value.dtype == torch.bfloat16:
+        return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return value.numpy()
+
+
+def to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor over ``array``'s memory (bfloat16 arrays as ``torch.bfloat16``)."""
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def _convert_in(value, op, name, originals):
+    if isinstance(value, torch.Tensor):
+        array = to_numpy(value, op, name)
+        originals[id(array)] = value
+        return array
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_convert_in(v, op, name, originals) for v in value)
+    return value
+
+
+def _convert_out(value, originals):
+    if isinstance(value, np.ndarray):
+        original = originals.get(id(value))
+        return original if original is not None else to_tensor(value)
+    if isinstance(value, tuple):
+        return tuple(_convert_out(v, originals) for v in value)
+    return value
+
+
+def tensor_op(op: str):
+    """``normkern.<op>`` on tensors: tensor arguments as views, outputs as tensors; an ``out=`` tensor (or
+    an updated running statistic) is returned as the very tensor passed."""
+    record = _registry.get(op, "normkern.torch")
+
+    @functools.wraps(record.function)
+    def call(*args, **kwargs):
+        originals: dict[int, torch.Tensor] = {}
+        np_args = [_convert_in(a, op, f"argument {i}", originals) for i, a in enumerate(args)]
+        np_kwargs = {k: _convert_in(v, op, k, originals) for k, v in kwargs.items()}
+        return _convert_out(record.function(*np_args, **np_kwargs), originals)
+
+    call.__doc__ = f"``normkern.{op}`` on CPU tensors (any dtype it takes; bfloat16 included).\n\n" + (
+        record.function.__doc__ or "")
+    return call

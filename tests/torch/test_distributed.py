@@ -1,0 +1,127 @@
+"""normkern.torch.SyncBatchNorm across real processes: torch.multiprocessing spawn, gloo over a file://
+rendezvous in a temp dir, 2 and 3 ranks with unequal batches (one of 1 row), float32 and bfloat16, against a
+float64 torch.nn.BatchNorm2d over the concatenated batch."""
+
+import datetime
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.tolerances import TOLERANCE, assert_close
+
+C = 6
+SPATIAL = (5, 7)
+EPS = 1e-5
+MOMENTUM = 0.1
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _data(batches, dtype):
+    """The whole batch (every rank's rows, in rank order), its output gradient, weight and bias."""
+    g = torch.Generator().manual_seed(7)
+    total = sum(batches)
+    x = (torch.randn(total, C, *SPATIAL, generator=g) * 2 + 1).to(DTYPES[dtype])
+    dy = torch.randn(total, C, *SPATIAL, generator=g).to(DTYPES[dtype])
+    weight = torch.rand(C, generator=g) + 0.5
+    bias = torch.randn(C, generator=g)
+    return x, dy, weight, bias
+
+
+def _step(rank, batches, dtype):
+    import normkern.torch as nt
+
+    x, dy, weight, bias = _data(batches, dtype)
+    start = sum(batches[:rank])
+    rows = slice(start, start + batches[rank])
+    layer = nt.SyncBatchNorm(C, eps=EPS, momentum=MOMENTUM)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.copy_(bias)
+    shard = x[rows].clone().requires_grad_()
+    out = layer(shard)
+    out.backward(dy[rows])
+    return {"output": out.detach(), "grad_input": shard.grad, "grad_weight": layer.weight.grad,
+            "grad_bias": layer.bias.grad, "running_mean": layer.running_mean.clone(),
+            "running_var": layer.running_var.clone(), "num_batches_tracked": layer.num_batches_tracked.clone()}
+
+
+def _worker(rank, world, init_file, batches, dtype, out_dir, fail_rank):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        if rank == fail_rank:
+            raise RuntimeError(f"rank {rank} fails on purpose")
+        first = _step(rank, batches, dtype)
+        again = _step(rank, batches, dtype)
+        for name, value in first.items():
+            assert torch.equal(value.view(torch.uint8) if value.is_floating_point() else value,
+                               again[name].view(torch.uint8) if value.is_floating_point() else again[name]), name
+        import normkern.torch as nt
+
+        first["threads"] = nt.threads_for(world)
+        torch.save(first, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(tmp_path, batches, dtype, fail_rank=-1, timeout=90):
+    world = len(batches)
+    context = mp.spawn(_worker, args=(world, str(tmp_path / "rendezvous"), batches, dtype, str(tmp_path), fail_rank),
+                       nprocs=world, join=False)
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"ranks did not finish within {timeout} s")
+    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+
+
+def _reference(batches, dtype):
+    x, dy, weight, bias = _data(batches, dtype)
+    ref = torch.nn.BatchNorm2d(C, eps=EPS, momentum=MOMENTUM).double()
+    with torch.no_grad():
+        ref.weight.copy_(weight)
+        ref.bias.copy_(bias)
+    x64 = x.double().requires_grad_()
+    out = ref(x64)
+    out.backward(dy.double())
+    return {"output": out.detach(), "grad_input": x64.grad, "grad_weight": ref.weight.grad,
+            "grad_bias": ref.bias.grad, "running_mean": ref.running_mean, "running_var": ref.running_var}
+
+
+@pytest.mark.parametrize("batches, dtype", [((3, 1), "float32"), ((2, 5, 1), "bfloat16"), ((1, 4, 2), "float32")])
+def test_sync_batch_norm_over_ranks_matches_float64_batch_norm(tmp_path, batches, dtype):
+    results = _spawn(tmp_path, batches, dtype)
+    want = _reference(batches, dtype)
+    out = torch.cat([r["output"] for r in results])
+    grad_input = torch.cat([r["grad_input"] for r in results])
+    # grad_weight / grad_bias stay per rank (the data-parallel wrapper all-reduces them): their sum is the
+    # whole batch's
+    grad_weight = sum(r["grad_weight"].double() for r in results)
+    grad_bias = sum(r["grad_bias"].double() for r in results)
+    assert_close(out.float().numpy(), want["output"].numpy(), dtype=dtype, scale=want["output"].abs().max().item())
+    assert_close(grad_input.float().numpy(), want["grad_input"].numpy(), dtype=dtype,
+                 scale=2 * want["grad_input"].abs().max().item())
+    dy_sum = _data(batches, dtype)[1].double().abs().sum(dim=(0, 2, 3)).max().item()
+    assert_close(grad_bias.numpy(), want["grad_bias"].numpy(), dtype="float32", scale=dy_sum)
+    assert_close(grad_weight.numpy(), want["grad_weight"].numpy(), dtype="float32", scale=4 * dy_sum)
+    for r in results:  # every rank holds the same running statistics
+        assert torch.equal(r["running_mean"], results[0]["running_mean"])
+        assert int(r["num_batches_tracked"]) == 1
+        assert r["threads"] == max(1, (os.cpu_count() or 1) // len(batches))
+    for name in ("running_mean", "running_var"):
+        assert_close(results[0][name].numpy(), want[name].numpy(), dtype="float32",
+                     scale=want[name].abs().max().item())
+    assert TOLERANCE[dtype] > 0
+
+
+def test_a_rank_that_raises_fails_the_others_within_a_timeout(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(mp.ProcessRaisedException, match="rank 1 fails on purpose"):
+        _spawn(tmp_path, (2, 3), "float32", fail_rank=1, timeout=60)
+    assert time.monotonic() - start < 60
