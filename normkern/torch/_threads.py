@@ -6,6 +6,13 @@ machine oversubscribe its cores. A rank therefore runs its kernels on its share 
 size, which is right when every rank is on this machine), at least one. ``NORMKERN_THREADS_PER_RANK`` or
 :func:`set_threads_per_rank` override it. Numba's thread count is per calling thread, so the share is applied
 on each layer call (a look-up and a compare when it is already set).
+
+The pool itself is sized to the share when the first layer call comes before any parallel kernel has
+run: with Numba's OpenMP layer, pool threads left idle by ``set_num_threads`` still spin between calls
+and take the other rank's core.
+Measured with ``examples/train_syncbn_ddp.py`` at two ranks on two cores, steps 30-60: 11-66 ms a step with
+a pool of two threads narrowed to one, 8-12 ms with a pool of one (13-18 ms with the workqueue layer); one
+process: 2.7 ms.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import os
 
 import numba
+import numba.np.ufunc.parallel as _parallel
 
 _override: int | None = None
 
@@ -38,7 +46,15 @@ def threads_for(world_size: int) -> int:
 
 
 def share_cores(world_size: int) -> None:
-    """Set the calling thread's Numba thread count to this rank's share."""
+    """Set the calling thread's Numba thread count to this rank's share (and, before Numba has started its
+    thread pool, the pool's size)."""
     wanted = threads_for(world_size)
+    if not _parallel._is_initialized and wanted < numba.config.NUMBA_NUM_THREADS:
+        # Numba launches its pool with parallel.NUM_THREADS (read from the config at import) and checks
+        # set_num_threads against the config: both, before the launch. Private to Numba: the pinned
+        # range's layout, guarded.
+        if hasattr(_parallel, "NUM_THREADS"):
+            _parallel.NUM_THREADS = wanted
+        numba.config.NUMBA_NUM_THREADS = wanted
     if numba.get_num_threads() != wanted:
         numba.set_num_threads(wanted)
