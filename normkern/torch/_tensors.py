@@ -42,13 +42,15 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def _convert_in(value, op, name, originals):
+def _convert_in(value, op, name, originals, outputs=False):
     if isinstance(value, torch.Tensor):
+        if not outputs and value.dim() >= 2 and not value.is_contiguous():
+            value = value.contiguous()
         array = to_numpy(value, op, name)
         originals[id(array)] = value
         return array
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
-        return type(value)(_convert_in(v, op, name, originals) for v in value)
+        return type(value)(_convert_in(v, op, name, originals, outputs) for v in value)
     return value
 
 
@@ -70,7 +72,7 @@ def tensor_op(op: str):
     def call(*args, **kwargs):
         originals: dict[int, torch.Tensor] = {}
         np_args = [_convert_in(a, op, f"argument {i}", originals) for i, a in enumerate(args)]
-        np_kwargs = {k: _convert_in(v, op, k, originals) for k, v in kwargs.items()}
+        np_kwargs = {k: _convert_in(v, op, k, originals, outputs=k == "out") for k, v in kwargs.items()}
         return _convert_out(record.function(*np_args, **np_kwargs), originals)
 
     call.__doc__ = f"``normkern.{op}`` on CPU tensors (any dtype it takes; bfloat16 included).\n\n" + (
