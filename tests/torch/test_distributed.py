@@ -47,8 +47,9 @@ def _step(rank, batches, dtype):
     zeros = torch.zeros(C)
     return {"output": out.detach(), "grad_input": shard.grad,
             "grad_weight": zeros if layer.weight.grad is None else layer.weight.grad,
-            "grad_bias": zeros if layer.bias.grad is None else layer.bias.grad, "running_mean": layer.running_mean.clone(),
-            "running_var": layer.running_var.clone(), "num_batches_tracked": layer.num_batches_tracked.clone()}
+            "grad_bias": zeros if layer.bias.grad is None else layer.bias.grad,
+            "running_mean": layer.running_mean.clone(), "running_var": layer.running_var.clone(),
+            "num_batches_tracked": layer.num_batches_tracked.clone()}
 
 
 def _worker(rank, world, init_file, batches, dtype, out_dir, fail_rank):
