@@ -140,3 +140,17 @@ def test_threads_per_rank_share_and_override(monkeypatch):
         nt.set_threads_per_rank(None)
     with pytest.raises(ValueError, match="positive int"):
         nt.set_threads_per_rank(0)
+
+
+def test_an_npu_soc_gives_its_plan_and_its_dtype_rules():
+    x = torch.randn(4, 3, 5, 5)
+    out_npu = nt.SyncBatchNorm(3, soc="Ascend910B2")(x)
+    out_host = nt.SyncBatchNorm(3)(x)
+    _close(out_npu, out_host.double())
+    import normkern
+
+    # A2 has no bfloat16 BatchNormStats; aclnnBatchNormElemt takes statistics of the data's dtype only
+    with pytest.raises(normkern.InvalidParameterError, match=r"\[batch_norm_stats\] input dtype must be one of"):
+        nt.SyncBatchNorm(3, soc="Ascend910B2")(x.to(torch.bfloat16))
+    with pytest.raises(normkern.InvalidParameterError, match=r"\[batch_norm_elemt\] mean dtype must be the data's"):
+        nt.SyncBatchNorm(3, soc="Ascend910B2")(x.to(torch.float16))
