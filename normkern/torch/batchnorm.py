@@ -141,6 +141,20 @@ def _factor(module) -> float:
     return factor
 
 
+def _prologue(module, input):
+    """What every batch norm call settles first, as torch.nn's _BatchNorm: ``(output, factor, running_mean,
+    running_var)``, the output already computed in eval mode (running statistics), else None and the
+    running statistics to update (None when not tracked)."""
+    module._check_input_dim(input)
+    factor = _factor(module)
+    if not (module.training or (module.running_mean is None and module.running_var is None)):
+        output = _BatchNormEvalFunction.apply(input, module.weight, module.bias, module.running_mean,
+                                              module.running_var, module.eps, module.soc)
+        return output, factor, None, None
+    tracked = not module.training or module.track_running_stats
+    return None, factor, module.running_mean if tracked else None, module.running_var if tracked else None
+
+
 class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     """A drop-in for ``torch.nn.SyncBatchNorm`` on CPU tensors (gloo or any process group), its kernels
     normkern's. The same parameters, buffers and state dict; ``soc`` picks the plan (default ``"host"``:
@@ -158,17 +172,11 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
             raise ValueError(f"expected 2D to 5D input (got {input.dim()}D input)")
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        self._check_input_dim(input)
-        if input.shape[1] == 0:
+        if input.dim() >= 2 and input.shape[1] == 0:
             raise ValueError("SyncBatchNorm number of input channels should be non-zero")
-        factor = _factor(self)
-        bn_training = self.training or (self.running_mean is None and self.running_var is None)
-        if not bn_training:
-            return _BatchNormEvalFunction.apply(input, self.weight, self.bias, self.running_mean, self.running_var,
-                                                self.eps, self.soc)
-        tracked = not self.training or self.track_running_stats
-        running_mean = self.running_mean if tracked else None
-        running_var = self.running_var if tracked else None
+        output, factor, running_mean, running_var = _prologue(self, input)
+        if output is not None:
+            return output
         group, world_size = None, 1
         if self.training and dist.is_available() and dist.is_initialized():
             group = self.process_group or dist.group.WORLD
@@ -229,16 +237,11 @@ class _LocalBatchNorm(nn.modules.batchnorm._BatchNorm):
         self.soc = soc
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        self._check_input_dim(input)
-        factor = _factor(self)
-        bn_training = self.training or (self.running_mean is None and self.running_var is None)
-        if not bn_training:
-            return _BatchNormEvalFunction.apply(input, self.weight, self.bias, self.running_mean, self.running_var,
-                                                self.eps, self.soc)
-        tracked = not self.training or self.track_running_stats
-        return _BatchNormTrainFunction.apply(input, self.weight, self.bias,
-                                             self.running_mean if tracked else None,
-                                             self.running_var if tracked else None, factor, self.eps, self.soc)
+        output, factor, running_mean, running_var = _prologue(self, input)
+        if output is not None:
+            return output
+        return _BatchNormTrainFunction.apply(input, self.weight, self.bias, running_mean, running_var, factor,
+                                             self.eps, self.soc)
 
 
 class BatchNorm1d(_LocalBatchNorm, nn.BatchNorm1d):
