@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import warnings
 from pathlib import Path
 
-from numba.core.caching import FunctionCache
-from numba.core.dispatcher import Dispatcher
+import numba
+
+try:  # Numba's private cache internals, as in the pinned range (pyproject.toml)
+    from numba.core.caching import FunctionCache
+    from numba.core.dispatcher import Dispatcher
+except ImportError:  # pragma: no cover - a Numba that moved them
+    FunctionCache = Dispatcher = None
 
 #: The modules compiled into every kernel (their functions are inlined or linked into the callers).
 HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py", "_streaming.py", "ops/fast_batch_norm_backward/rows.py",
@@ -42,23 +48,37 @@ def helpers_digest() -> str:
 DIGEST = helpers_digest()
 
 
-class HelperKeyedCache(FunctionCache):
-    """A ``FunctionCache`` whose index key ends with ``DIGEST``."""
+def internals_present() -> bool:
+    """Whether this Numba has the cache internals the helper key replaces (``FunctionCache._index_key``,
+    ``Dispatcher._cache``)."""
+    return FunctionCache is not None and Dispatcher is not None and callable(getattr(FunctionCache, "_index_key",
+                                                                                     None))
 
-    def _index_key(self, sig, codegen):
-        return (*super()._index_key(sig, codegen), DIGEST)
+
+if FunctionCache is not None:
+    class HelperKeyedCache(FunctionCache):
+        """A ``FunctionCache`` whose index key ends with ``DIGEST``."""
+
+        def _index_key(self, sig, codegen):
+            return (*super()._index_key(sig, codegen), DIGEST)
 
 
 def key_by_helpers(package: str) -> int:
     """Give every caching dispatcher defined in the loaded modules of ``package`` (``"normkern"``,
     ``"bench"``) a ``HelperKeyedCache``; returns how many were changed. Call before the first compile
-    (normkern does it at import)."""
+    (normkern does it at import). A Numba whose internals moved keeps its own caching, with a warning:
+    then an edited helper needs the cache cleared by hand."""
+    if not internals_present():
+        warnings.warn(f"normkern: Numba {numba.__version__} does not have the cache internals normkern keys by its "
+                      "helpers (tested range: see pyproject.toml); kernels use Numba's own caching, so after "
+                      "editing a helper module clear NUMBA_CACHE_DIR", RuntimeWarning, stacklevel=2)
+        return 0
     changed = 0
     for name, module in list(sys.modules.items()):
         if not name.startswith(package + "."):
             continue
         for value in list(vars(module).values()):
-            if isinstance(value, Dispatcher) and type(value._cache) is FunctionCache \
+            if isinstance(value, Dispatcher) and type(getattr(value, "_cache", None)) is FunctionCache \
                     and value.py_func.__module__ == module.__name__:
                 value._cache = HelperKeyedCache(value.py_func)
                 changed += 1

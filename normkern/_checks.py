@@ -16,6 +16,12 @@ from .errors import DeterminismError, InvalidParameterError, NullPointerError, T
 def check_array(op: str, name: str, value) -> np.ndarray:
     if not isinstance(value, np.ndarray):
         raise InvalidParameterError(op, name, "must be a numpy.ndarray", type(value).__name__)
+    if not value.dtype.isnative:
+        raise InvalidParameterError(op, name, "must be in the machine's byte order (a.astype(a.dtype.newbyteorder("
+                                    "'=')))", f"dtype {value.dtype.str}")
+    if isinstance(value, np.ma.MaskedArray):
+        raise InvalidParameterError(op, name, "must be a plain numpy.ndarray (a masked array's mask would be "
+                                    "ignored)", "numpy.ma.MaskedArray")
     return value
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import tiling
 
 from ._checks import own_their_memory, shares_memory
-from .errors import NullPointerError, WorkspaceError
+from .errors import InvalidParameterError, NullPointerError, WorkspaceError
 
 #: The workspace of plans without a user part: nothing can be written to it, so one serves every call.
 _NO_WORKSPACE = np.empty(0, np.float32)
@@ -44,6 +44,9 @@ def launch(op: str, workspace, workspace_size, executor: Executor | None) -> Non
     """The second phase: check the caller's workspace, then run in its user region."""
     if executor is None:
         raise NullPointerError(op, "executor", "must not be None (null pointer)", None)
+    if not isinstance(executor, Executor) or executor.op != op:
+        made_by = f"an executor of {executor.op}" if isinstance(executor, Executor) else type(executor).__name__
+        raise InvalidParameterError(op, "executor", f"must be the executor {op}'s first phase returned", made_by)
     layout = executor.plan.workspace
     if not isinstance(workspace_size, (int, np.integer)) or workspace_size < layout.total_bytes:
         raise WorkspaceError(op, "workspaceSize", f"must be at least the {layout.total_bytes} bytes the "

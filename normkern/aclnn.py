@@ -10,6 +10,7 @@ bytes): the partial sums really go to its user region, after the system region.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from . import _config
@@ -44,12 +45,18 @@ ACL_OPT_STRONG_CONSISTENCY = 2
 ACL_OPT_ENABLE_KERNEL_EARLY_START = 3
 
 _other_options: dict[int, int] = {}
-_recent_error: list[str | None] = [None]
+#: The message slot of aclGetRecentErrMsg, one per thread (as ACL keeps it per thread).
+_recent = threading.local()
+
+
+def _set_error(message: str) -> None:
+    _recent.message = message
 
 
 def aclGetRecentErrMsg() -> str | None:
-    """The message of the most recent failed call (None once read, as ACL does)."""
-    message, _recent_error[0] = _recent_error[0], None
+    """The message of this thread's most recent failed call (None once read, as ACL does)."""
+    message = getattr(_recent, "message", None)
+    _recent.message = None
     return message
 
 
@@ -57,14 +64,14 @@ def aclrtCtxSetSysParamOpt(opt: int, value: int) -> int:
     """Set a context option; ``ACL_OPT_DETERMINISTIC`` drives :func:`normkern.set_deterministic`."""
     if opt == ACL_OPT_DETERMINISTIC:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
-            _recent_error[0] = f"aclrtCtxSetSysParamOpt: ACL_OPT_DETERMINISTIC value must be 0-3, got {value!r}"
+            _set_error(f"aclrtCtxSetSysParamOpt: ACL_OPT_DETERMINISTIC value must be 0-3, got {value!r}")
             return ACL_ERROR_INVALID_PARAM
         _config.set_deterministic(value)
         return ACL_SUCCESS
     if opt in (ACL_OPT_ENABLE_DEBUG_KERNEL, ACL_OPT_STRONG_CONSISTENCY, ACL_OPT_ENABLE_KERNEL_EARLY_START):
         _other_options[opt] = int(value)
         return ACL_SUCCESS
-    _recent_error[0] = f"aclrtCtxSetSysParamOpt: unknown option {opt!r}"
+    _set_error(f"aclrtCtxSetSysParamOpt: unknown option {opt!r}")
     return ACL_ERROR_INVALID_PARAM
 
 
@@ -74,7 +81,7 @@ def aclrtCtxGetSysParamOpt(opt: int) -> tuple[int, int]:
         return ACL_SUCCESS, _config.get_deterministic()
     if opt in (ACL_OPT_ENABLE_DEBUG_KERNEL, ACL_OPT_STRONG_CONSISTENCY, ACL_OPT_ENABLE_KERNEL_EARLY_START):
         return ACL_SUCCESS, _other_options.get(opt, 0)
-    _recent_error[0] = f"aclrtCtxGetSysParamOpt: unknown option {opt!r}"
+    _set_error(f"aclrtCtxGetSysParamOpt: unknown option {opt!r}")
     return ACL_ERROR_INVALID_PARAM, 0
 
 
@@ -82,8 +89,11 @@ def _first_phase(prepare: Callable[[], Executor]) -> tuple[int, int, Executor | 
     try:
         executor = prepare()
     except NormkernError as exc:
-        _recent_error[0] = str(exc)
+        _set_error(str(exc))
         return exc.status, 0, None
+    except Exception as exc:  # the C API returns a status, whatever went wrong
+        _set_error(f"internal error: {type(exc).__name__}: {exc}")
+        return ACLNN_ERR_INNER, 0, None
     return ACLNN_SUCCESS, executor.workspace_size, executor
 
 
@@ -91,8 +101,11 @@ def _second_phase(op: str, workspace, workspace_size, executor) -> int:
     try:
         launch(op, workspace, workspace_size, executor)
     except NormkernError as exc:
-        _recent_error[0] = str(exc)
+        _set_error(str(exc))
         return exc.status
+    except Exception as exc:  # the C API returns a status, whatever went wrong
+        _set_error(f"runtime error: {type(exc).__name__}: {exc}")
+        return ACLNN_ERR_RUNTIME_ERROR
     return ACLNN_SUCCESS
 
 

@@ -10,6 +10,7 @@ compared with each other too: their bits differ because a plan defines the order
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from dataclasses import asdict, dataclass, field
@@ -17,8 +18,11 @@ from dataclasses import asdict, dataclass, field
 import numba
 import numpy as np
 
+import tiling
+
 from . import _config, _registry
-from .errors import InvalidParameterError
+from ._checks import is_int
+from .errors import InvalidParameterError, NormkernError, TilingError
 
 
 def _ordered(values: np.ndarray) -> np.ndarray:
@@ -146,21 +150,44 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
     record = _registry.get(op, "check_determinism")
     if not isinstance(runs, int) or runs < 1:
         raise InvalidParameterError("check_determinism", "runs", "must be a positive int", repr(runs))
-    threads = tuple(threads)
-    if not threads or any(not isinstance(t, int) or not 1 <= t <= numba.config.NUMBA_NUM_THREADS for t in threads):
+    given = threads
+    try:
+        threads = tuple(threads)
+    except TypeError:
+        threads = ()
+    if not threads or any(not is_int(t) or not 1 <= t <= numba.config.NUMBA_NUM_THREADS for t in threads):
         raise InvalidParameterError("check_determinism", "threads",
-                                    f"must be ints in 1..{numba.config.NUMBA_NUM_THREADS}", repr(threads))
+                                    f"must be a non-empty sequence of ints in 1..{numba.config.NUMBA_NUM_THREADS}",
+                                    repr(given))
+    if not isinstance(inputs, dict):
+        raise InvalidParameterError("check_determinism", "inputs", f"must be a dict of {op}'s keyword arguments",
+                                    type(inputs).__name__)
     kw = dict(inputs)
+    parameters = [p for p in inspect.signature(record.function).parameters.values()
+                  if p.kind is p.POSITIONAL_OR_KEYWORD]
+    missing = [p.name for p in parameters if p.default is p.empty and p.name not in kw]
+    unknown = sorted(set(kw) - {p.name for p in parameters} - set(_registry.COMMON_KEYWORDS))
+    if missing or unknown:
+        rule = f"must hold {op}'s arguments ({', '.join(p.name for p in parameters)})"
+        raise InvalidParameterError("check_determinism", "inputs", rule,
+                                    f"missing {missing}, unknown {unknown}" if unknown else f"missing {missing}")
     own_soc, own_strategy = kw.pop("soc", None), kw.pop("strategy", None)
     kw.pop("arrival_seed", None)
     socs = list(socs) if socs is not None else [own_soc]
     strategies = list(strategies) if strategies is not None else [own_strategy]
     if arrival_orders is None:
         seeds = [None]
-    elif isinstance(arrival_orders, int):
+    elif is_int(arrival_orders) and arrival_orders >= 1:
         seeds = list(range(arrival_orders))
     else:
-        seeds = list(arrival_orders)
+        try:
+            seeds = list(arrival_orders)
+        except TypeError:
+            seeds = []
+        if not seeds or any(not is_int(s) or s < 0 for s in seeds):
+            raise InvalidParameterError("check_determinism", "arrival_orders",
+                                        "must be None, a positive int or a non-empty list of non-negative int seeds",
+                                        repr(arrival_orders))
     names = record.all_outputs
     reference = record.reference(kw)
     before = numba.get_num_threads()
@@ -169,7 +196,12 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
         for soc in socs:
             spec = _config.resolve_soc(soc, op)
             for strategy in strategies:
-                plan = record.plan(kw, spec, strategy)
+                try:
+                    plan = record.plan(kw, spec, strategy)
+                except tiling.TilingError as exc:
+                    if isinstance(exc, NormkernError):
+                        raise
+                    raise TilingError(op, str(exc)) from exc
                 collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
                 for t in threads:
                     numba.set_num_threads(t)

@@ -83,3 +83,12 @@ def test_the_test_run_keeps_its_numba_cache_out_of_the_source_tree():
     normkern.batch_norm_stats(np.ones((2, 3, 5), np.float32), 1e-5, soc="host")  # compiles or loads a kernel
     added = sorted(source_tree_caches() - SOURCE_TREE_CACHES_AT_START)
     assert added == [], f"the test run wrote Numba cache files beside the sources: {added[:3]}"
+
+
+def test_a_numba_without_the_internals_keeps_its_own_caching_with_a_warning(monkeypatch):
+    import pytest
+
+    monkeypatch.setattr(_cache, "FunctionCache", type("Moved", (), {}))
+    assert not _cache.internals_present()
+    with pytest.warns(RuntimeWarning, match="does not have the cache internals"):
+        assert _cache.key_by_helpers("normkern") == 0

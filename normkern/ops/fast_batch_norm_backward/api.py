@@ -132,7 +132,8 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     if x.size == 0 or dy.size == 0:
-        return _empty_executor(spec, x, weight, output_mask, (grad_input, grad_weight, grad_bias), outputs_required)
+        return _empty_executor(spec, x if x.size == 0 else dy, x, weight, output_mask,
+                               (grad_input, grad_weight, grad_bias), outputs_required)
     check_supported(OP, spec)
     mask = _check_mask(output_mask)
     if outputs_required:
@@ -208,11 +209,12 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
                                     ("gradInput", grad_input), ("gradWeight", grad_weight), ("gradBias", grad_bias)))
 
 
-def _empty_executor(spec, x, weight, output_mask, outputs, outputs_required) -> Executor:
-    """The op_api's early exit for an empty input: success, no workspace, no kernel, nothing written.
+def _empty_executor(spec, empty, x, weight, output_mask, outputs, outputs_required) -> Executor:
+    """The op_api's early exit for an empty input or gradOut (``empty``): success, no workspace, no kernel,
+    nothing written.
 
     The Pythonic layer still answers: an empty grad_input and zero sums for grad_weight/grad_bias."""
-    plan = tiling.plan_fast_batch_norm_backward(x.shape if x.ndim >= 2 else (0, 0), "float32",
+    plan = tiling.plan_fast_batch_norm_backward(empty.shape if empty.ndim >= 2 else (0, 0), "float32",
                                                 spec if tiling.support(OP, spec).runs else "host", "empty")
     if outputs_required:
         return Executor(OP, plan, lambda workspace: outputs)
