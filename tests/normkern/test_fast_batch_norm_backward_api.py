@@ -76,12 +76,17 @@ def test_tiling_refusal_is_an_inner_tiling_error():
     assert got == 561002 and "tail of 349527 for 349526 per core" in aclnn.aclGetRecentErrMsg()
 
 
-def test_empty_input_succeeds_before_any_other_check():
-    empty = np.zeros((0, 3, 5), F64)  # a bad dtype and a null mask: not looked at
+def test_empty_input_succeeds_before_the_shape_and_mask_checks():
+    """CANN's op_api returns before any check; normkern checks dtypes and attributes first (a wrong-typed empty
+    call is refused as a full one), then takes the same early exit (a null mask is not looked at)."""
+    empty = np.zeros((0, 3, 5), np.float32)
     status, size, executor = aclnn.aclnnFastBatchNormBackwardGetWorkspaceSize(
         empty, empty, None, None, None, None, None, True, EPS, None, 0, None, None, None)
     assert (status, size) == (0, 0) and executor.plan.strategy.value == "empty"
     assert aclnn.aclnnFastBatchNormBackward(None, 0, executor) == 0
+    status, _, _ = aclnn.aclnnFastBatchNormBackwardGetWorkspaceSize(
+        empty.astype(F64), empty, None, None, None, None, None, True, EPS, None, 0, None, None, None)
+    assert status == 161002
 
 
 def test_pythonic_errors_raise_with_the_status():

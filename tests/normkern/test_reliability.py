@@ -141,3 +141,16 @@ def test_eight_threads_of_mixed_calls_equal_serial_runs_bit_for_bit():
                 assert g is None
             else:
                 assert np.array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
+
+
+@pytest.mark.parametrize("args, rule", [
+    ((np.zeros((0, 3), np.int64), np.zeros((0, 3), np.complex64), None, None, None, None, None, "yes", "eps"),
+     "gradOut dtype must be one of"),
+    ((np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), None, None, None, None, None, "yes", 1e-5),
+     "training must be a bool"),
+    ((np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), None, None, None, None, None, True, "eps"),
+     "eps must be a real number"),
+])
+def test_an_empty_call_is_checked_like_a_full_one(args, rule):
+    with pytest.raises(normkern.InvalidParameterError, match=rule):
+        normkern.fast_batch_norm_backward(*args)

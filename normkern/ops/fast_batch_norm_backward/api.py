@@ -132,6 +132,19 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     if x.size == 0 or dy.size == 0:
+        # CANN's op_api returns before checking anything else; normkern checks the dtypes and the attributes
+        # first, so an empty call of wrong types is refused as a full one would be (and nothing complex or
+        # integral comes back).
+        _check_dtype("gradOut", dy)
+        _check_dtype("input", x)
+        for name, value in (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
+                            ("saveMean", save_mean), ("saveInvstd", save_invstd)):
+            if value is not None:
+                _check_dtype(name, value)
+        if not isinstance(training, (bool, np.bool_)):
+            raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
+        check_real(OP, "eps", eps)
+        check_int(OP, "version", version, "must be an int (CANN ignores its value)")
         return _empty_executor(spec, x if x.size == 0 else dy, x, weight, output_mask,
                                (grad_input, grad_weight, grad_bias), outputs_required)
     check_supported(OP, spec)
