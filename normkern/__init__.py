@@ -5,7 +5,7 @@ every floating-point addition, so a deterministic plan gives the same bits on ev
 count, and an atomic plan can be replayed from its arrival order.
 """
 
-from . import _cache, aclnn
+from . import _cache, _fork, aclnn
 from ._config import get_default_soc, get_deterministic, set_default_soc, set_deterministic
 from ._registry import records as _records
 from .determinism import DeterminismReport, check_determinism
@@ -21,6 +21,8 @@ from .errors import (
 
 # Every kernel's cache is keyed by the compiled helpers too (see normkern/_cache.py); before any compile.
 _cache.key_by_helpers("normkern")
+# A child forked after a kernel ran swaps the OpenMP kernels for serial twins (see normkern/_fork.py).
+_fork.install()
 
 __version__ = "0.1.0"
 

@@ -154,3 +154,48 @@ def test_eight_threads_of_mixed_calls_equal_serial_runs_bit_for_bit():
 def test_an_empty_call_is_checked_like_a_full_one(args, rule):
     with pytest.raises(normkern.InvalidParameterError, match=rule):
         normkern.fast_batch_norm_backward(*args)
+
+
+def _op_bits(index):
+    """Every op's host outputs on its example, as bytes (for comparing across processes)."""
+    record = RECORDS[index]
+    outs = record.call(_example(record), soc="host", arrival_seed=0)
+    return b"".join(np.ascontiguousarray(o).tobytes() for o in outs if o is not None)
+
+
+def test_a_child_forked_after_kernel_calls_runs_every_op_with_the_same_bits():
+    import os
+
+    want = [_op_bits(i) for i in range(len(RECORDS))]  # the parent has now run every op's kernels
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            ok = all(_op_bits(i) == want[i] for i in range(len(RECORDS)))
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline_pid, status = 0, 0
+    import time
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        deadline_pid, status = os.waitpid(pid, os.WNOHANG)
+        if deadline_pid:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child did not finish")
+    assert status == 0 and os.read(read, 1) == b"1"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_process_pools_after_kernel_calls(method):
+    import multiprocessing
+
+    want = [_op_bits(i) for i in range(len(RECORDS))]
+    with multiprocessing.get_context(method).Pool(2) as pool:
+        got = pool.map_async(_op_bits, range(len(RECORDS))).get(timeout=300)
+    assert got == want
