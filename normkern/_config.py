@@ -1,41 +1,45 @@
-"""Process-wide settings: the determinism switch and the default SoC.
+"""Settings of the calling context: the determinism switch and the default SoC.
 
 ``set_deterministic`` mirrors ``aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, v)``: level 0 is off
 (the default), 1 deterministic, 2 strong consistency, 3 batch consistency (levels 2 and 3 imply 1
 here). Both setters act at once and also work as context managers that restore the old value.
+
+The settings are context-local (``contextvars``), as an ACL context's options belong to the thread that
+made it current: one thread's setting, with or without ``with``, never changes another thread's calls, and
+``with`` blocks in several threads restore each its own value. A thread starts from the defaults
+(determinism off, ``Ascend910B2``); asyncio tasks inherit their creator's settings.
 """
 
 from __future__ import annotations
 
-import threading
+import contextvars
 
 import tiling
 
 from .errors import InvalidParameterError
 
-_lock = threading.Lock()
-_state: dict = {"deterministic": 0, "soc": tiling.DEFAULT_SOC}
+_settings = {"deterministic": contextvars.ContextVar("normkern_deterministic", default=0),
+             "soc": contextvars.ContextVar("normkern_default_soc", default=tiling.DEFAULT_SOC)}
 
 
 class _Restore:
-    """Returned by the setters: ``with set_x(v): ...`` puts the previous value back on exit."""
+    """Returned by the setters: ``with set_x(v): ...`` puts this context's previous value back on exit."""
 
-    def __init__(self, key: str, previous) -> None:
-        self._key, self._previous = key, previous
+    def __init__(self, key: str, token: contextvars.Token) -> None:
+        self._key, self._token = key, token
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        with _lock:
-            _state[self._key] = self._previous
+        self._settings_var().reset(self._token)
+
+    def _settings_var(self) -> contextvars.ContextVar:
+        return _settings[self._key]
 
 
 def _set(key: str, value) -> _Restore:
-    with _lock:
-        previous = _state[key]
-        _state[key] = value
-    return _Restore(key, previous)
+    return _Restore(key, _settings[key].set(value))
 
 
 def check_deterministic_level(value, op: str = "set_deterministic") -> int:
@@ -47,18 +51,19 @@ def check_deterministic_level(value, op: str = "set_deterministic") -> int:
 
 
 def set_deterministic(value: bool | int = True) -> _Restore:
-    """Turn deterministic computation on (True/1..3) or off (False/0) for every later call."""
+    """Turn deterministic computation on (True/1..3) or off (False/0) for every later call of this thread
+    (context)."""
     return _set("deterministic", check_deterministic_level(value))
 
 
 def get_deterministic() -> int:
     """The current ACL_OPT_DETERMINISTIC level (0 = off)."""
-    return _state["deterministic"]
+    return _settings["deterministic"].get()
 
 
 def resolve_deterministic(override: bool | None, op: str) -> bool:
     if override is None:
-        return _state["deterministic"] > 0
+        return _settings["deterministic"].get() > 0
     if not isinstance(override, bool):
         raise InvalidParameterError(op, "deterministic", "must be True, False or None", repr(override))
     return override
@@ -66,7 +71,7 @@ def resolve_deterministic(override: bool | None, op: str) -> bool:
 
 def resolve_soc(soc, op: str) -> tiling.SocSpec:
     if soc is None:
-        soc = _state["soc"]
+        soc = _settings["soc"].get()
     try:
         return tiling.get_soc(soc)
     except ValueError:
@@ -75,7 +80,7 @@ def resolve_soc(soc, op: str) -> tiling.SocSpec:
 
 
 def set_default_soc(soc: str | tiling.SocSpec) -> _Restore:
-    """Make ``soc`` (a name or a SocSpec) the SoC used when a call names none."""
+    """Make ``soc`` (a name or a SocSpec) the SoC used when a call of this thread (context) names none."""
     return _set("soc", resolve_soc(soc, "set_default_soc"))
 
 

@@ -199,3 +199,35 @@ def test_process_pools_after_kernel_calls(method):
     with multiprocessing.get_context(method).Pool(2) as pool:
         got = pool.map_async(_op_bits, range(len(RECORDS))).get(timeout=300)
     assert got == want
+
+
+def test_settings_are_per_thread_and_with_blocks_restore_their_own():
+    """Thread A's setting never reaches thread B; interleaved exits leave each thread its own value."""
+    seen = {}
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def thread_a():
+        with normkern.set_deterministic(True), normkern.set_default_soc("host"):
+            a_in.set()
+            b_in.wait(10)
+            seen["a inside"] = (normkern.get_deterministic(), normkern.get_default_soc().name)
+        a_out.set()
+        seen["a after"] = (normkern.get_deterministic(), normkern.get_default_soc().name)
+
+    def thread_b():
+        a_in.wait(10)
+        seen["b while a is inside"] = (normkern.get_deterministic(), normkern.get_default_soc().name)
+        with normkern.set_deterministic(2):
+            b_in.set()
+            a_out.wait(10)
+            seen["b inside after a left"] = normkern.get_deterministic()
+        seen["b after"] = normkern.get_deterministic()
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert seen == {"a inside": (1, "host"), "b while a is inside": (0, "Ascend910B2"), "b inside after a left": 2,
+                    "a after": (0, "Ascend910B2"), "b after": 0}
+    assert normkern.get_deterministic() == 0 and normkern.get_default_soc().name == "Ascend910B2"
