@@ -48,4 +48,6 @@ def pytest_configure(config):
 
 # Shared CI machines are noisy: judge properties, not per-example time.
 settings.register_profile("normkern", deadline=None, max_examples=100)
+# Long fuzzing runs: python -m pytest tests/normkern/test_fuzz.py --hypothesis-profile=fuzz
+settings.register_profile("fuzz", deadline=None, max_examples=3000)
 settings.load_profile("normkern")
