@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 
-import ml_dtypes
 import numpy as np
 import torch
 
 from .. import _registry
+from .._dtypes import bfloat16
 from ..errors import InvalidParameterError
 
 
@@ -31,13 +31,13 @@ def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
     if value.is_conj() or value.is_neg():
         value = value.resolve_conj().resolve_neg()
     if value.dtype == torch.bfloat16:
-        return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return value.view(torch.int16).numpy().view(bfloat16())  # ml_dtypes imported on first use
     return value.numpy()
 
 
 def to_tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor over ``array``'s memory (bfloat16 arrays as ``torch.bfloat16``)."""
-    if array.dtype == ml_dtypes.bfloat16:
+    if array.dtype.name == "bfloat16":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
 
