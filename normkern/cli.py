@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -158,6 +159,45 @@ def _print_report(report: dict, as_json: bool) -> None:
             print(f"{key:<32} {value}")
 
 
+def _cmd_warmup(args) -> int:
+    """Compile (or load from Numba's cache) every kernel variant each op runs for the given dtypes and SoCs:
+    one small call per op, dtype, SoC and strategy that can run it, each reported as it finishes."""
+    from .examples import example_inputs
+
+    records = _registry.records()
+    names = _split(args.ops) if args.ops else [r.name for r in records]
+    dtypes = _split(args.dtypes)
+    socs = _split(args.socs)
+    for name in names:
+        _registry.get(name, "warmup")
+    jobs = [(name, dtype, soc, strategy) for name in names for dtype in dtypes for soc in socs
+            for strategy in _registry.get(name).strategies]
+    start = time.perf_counter()
+    done = 0
+    for i, (name, dtype, soc, strategy) in enumerate(jobs, 1):
+        record = _registry.get(name)
+        shape = (6, 8) if record.shape_ranks == (2, 2) else (4, 8, 6, 6)
+        options = {o.dest: o.kwargs.get("default", True) for o in record.options}
+        if "group" in options:
+            options["group"] = 2
+        begun = time.perf_counter()
+        try:
+            record.call(example_inputs(name, shape, dtype, **options), soc=soc, strategy=strategy,
+                        deterministic=False, arrival_seed=0)
+        except (NormkernError, tiling.TilingError):
+            continue  # a dtype or strategy this SoC does not run for such a problem: nothing to compile
+        done += 1
+        print(f"[{i}/{len(jobs)}] {name} {dtype} {soc} {strategy.value}: {time.perf_counter() - begun:.2f} s",
+              flush=True)
+    print(f"warmed {done} kernel calls in {time.perf_counter() - start:.1f} s (Numba cache: "
+          f"{os.environ.get('NUMBA_CACHE_DIR') or 'beside the sources'})")
+    return 0
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -170,6 +210,14 @@ def _parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=helptext, description=helptext)
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
         cmd.set_defaults(func=func)
+    warm = sub.add_parser("warmup", help="compile the kernels ahead of first use, reporting each",
+                          description="compile (or load from the Numba cache) the kernels each op runs, one small "
+                          "call per op, dtype, SoC and strategy, so the first real call does not wait")
+    warm.add_argument("--ops", default=None, help="comma-separated ops (default: every op)")
+    warm.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated (default all three)")
+    warm.add_argument("--socs", default=f"host,{tiling.DEFAULT_SOC}",
+                      help=f"comma-separated presets (default host,{tiling.DEFAULT_SOC})")
+    warm.set_defaults(func=_cmd_warmup)
     strategies = "; ".join(f"{r.name}: {', '.join(s.value for s in r.strategies)}" for r in records)
     for name, func, helptext in (("plan", _cmd_plan, "print the tiling plan of an op"),
                                  ("run", _cmd_run, "run an op on seeded random data and check it"),

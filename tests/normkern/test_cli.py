@@ -146,3 +146,14 @@ def test_the_sync_batch_norm_ops_plan_run_and_check_determinism(capsys, op, soc,
     assert errors and max(errors) < 1e-5
     assert main(["determinism", op, "--shape", "3,5,7,9", "--soc", soc, "--runs", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["deterministic"] is True
+
+
+def test_warmup_reports_each_kernel_call_and_refuses_unknown_ops(capsys):
+    assert main(["warmup", "--ops", "batch_norm_stats", "--dtypes", "float32", "--socs", "host"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out[:-1]] == ["[2/4] batch_norm_stats float32 host split_c",
+                                                          "[3/4] batch_norm_stats float32 host split_r",
+                                                          "[4/4] batch_norm_stats float32 host atomic"]
+    assert out[-1].startswith("warmed 3 kernel calls in ")
+    assert main(["warmup", "--ops", "layer_norm"]) == 2
+    assert "[warmup] op must be one of" in capsys.readouterr().err
