@@ -93,10 +93,13 @@ def _cmd_run(args) -> int:
     # An op that updates inputs in place: the reference and the simulator start from the values
     # before the first call, whose update is part of its outputs.
     pristine = {name: value.copy() if isinstance(value, np.ndarray) else value for name, value in kw.items()}
+    plan = record.plan(pristine, args.soc, args.strategy)  # the call's checks first: a bad call is one line
+    print(f"[{record.name}] first call: compiling its kernels, or loading them from the Numba cache "
+          "(`normkern warmup` does this ahead of time) ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
     outputs = record.call(kw, soc=args.soc, strategy=args.strategy, arrival_seed=0)
     first = time.perf_counter() - start
-    plan = record.plan(kw, args.soc, args.strategy)
+    print(f"[{record.name}] first call done in {first:.2f} s", file=sys.stderr, flush=True)
     reference = record.reference(pristine)
     outputs = tuple(np.array(o, copy=True) if o is not None else None for o in outputs)
     times = []

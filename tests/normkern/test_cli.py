@@ -157,3 +157,10 @@ def test_warmup_reports_each_kernel_call_and_refuses_unknown_ops(capsys):
     assert out[-1].startswith("warmed 3 kernel calls in ")
     assert main(["warmup", "--ops", "layer_norm"]) == 2
     assert "[warmup] op must be one of" in capsys.readouterr().err
+
+
+def test_run_says_its_first_call_compiles(capsys):
+    assert main(["run", "batch_norm_stats", "--shape", "4,3,5", "--soc", "host", "--repeat", "1", "--json"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("[batch_norm_stats] first call: compiling its kernels, or loading them")
+    assert re.fullmatch(r"\[batch_norm_stats\] first call done in \d+\.\d\d s", err[1])
