@@ -25,21 +25,18 @@ _settings = {"deterministic": contextvars.ContextVar("normkern_deterministic", d
 class _Restore:
     """Returned by the setters: ``with set_x(v): ...`` puts this context's previous value back on exit."""
 
-    def __init__(self, key: str, token: contextvars.Token) -> None:
-        self._key, self._token = key, token
+    def __init__(self, var: contextvars.ContextVar, value) -> None:
+        self._var, self._token = var, var.set(value)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        self._settings_var().reset(self._token)
-
-    def _settings_var(self) -> contextvars.ContextVar:
-        return _settings[self._key]
+        self._var.reset(self._token)
 
 
 def _set(key: str, value) -> _Restore:
-    return _Restore(key, _settings[key].set(value))
+    return _Restore(_settings[key], value)
 
 
 def check_deterministic_level(value, op: str = "set_deterministic") -> int:

@@ -18,11 +18,9 @@ from dataclasses import asdict, dataclass, field
 import numba
 import numpy as np
 
-import tiling
-
 from . import _config, _registry
 from ._checks import is_int
-from .errors import InvalidParameterError, NormkernError, TilingError
+from .errors import InvalidParameterError
 
 
 def _ordered(values: np.ndarray) -> np.ndarray:
@@ -196,12 +194,7 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
         for soc in socs:
             spec = _config.resolve_soc(soc, op)
             for strategy in strategies:
-                try:
-                    plan = record.plan(kw, spec, strategy)
-                except tiling.TilingError as exc:
-                    if isinstance(exc, NormkernError):
-                        raise
-                    raise TilingError(op, str(exc)) from exc
+                plan = record.plan(kw, spec, strategy)
                 collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
                 for t in threads:
                     numba.set_num_threads(t)

@@ -44,7 +44,6 @@ class BatchNormReduceBackwardStrategy(enum.Enum):
 @dataclass(frozen=True)
 class BatchNormReduceBackwardProblem(BatchNormStatsProblem):
     op: ClassVar[str] = OP
-    aclnn: ClassVar[str] = "aclnnBatchNormReduceBackward"
 
     def plan_class(self) -> type[BatchNormReduceBackwardPlan]:
         return BatchNormReduceBackwardPlan

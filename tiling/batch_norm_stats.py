@@ -52,7 +52,7 @@ from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtyp
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import DTYPE_BYTES, SocSpec, get_soc
 from .split import Split
-from .support import require
+from .support import ACLNN_NAMES, require
 from .workspace import WorkspaceLayout, align_up
 
 OP = "batch_norm_stats"
@@ -90,7 +90,6 @@ class BatchNormStatsProblem:
     """One per-channel row reduction; BatchNormReduceBackward plans its sums with the same layout."""
 
     op: ClassVar[str] = OP
-    aclnn: ClassVar[str] = "aclnnBatchNormStats"
 
     shape: tuple[int, ...]
     dtype: str
@@ -313,7 +312,7 @@ def _check_atomic(problem):
     rejection = _check_split_r(problem)
     if rejection is not None:
         return Rejection("atomic", rejection.reason, True)
-    return Rejection("atomic", f"{problem.aclnn} is deterministic by default; atomic only when asked for",
+    return Rejection("atomic", f"{ACLNN_NAMES[problem.op]} is deterministic by default; atomic only when asked for",
                      False)
 
 

@@ -133,11 +133,6 @@ class BatchNormElemtBackwardPlan(ElementwisePlan):
     devices: int = unit("", "entries of counter (devices)")
 
 
-def _io_tensors(op: str) -> tuple[int, int]:
-    """(element-sized tensors, per-channel tensors broadcast to the element shape) per op."""
-    return (2, 0) if op == "batch_norm_elemt" else (3, 5)
-
-
 @dataclass(frozen=True)
 class _Problem:
     op: str
@@ -152,10 +147,17 @@ class _Problem:
         return prod(self.shape)
 
     @property
+    def io_tensors(self) -> tuple[int, int]:
+        """(element-sized data tensors, per-channel tensors the op_api broadcasts to the element shape): x and
+        y, or dy, x and dx; the 950 BatchNormElemtBackward path also broadcasts its five per-channel tensors
+        (the TBE kernels take per-channel vectors)."""
+        if self.op == "batch_norm_elemt":
+            return 2, 0
+        return 3, 5 if self.soc.arch == ASCEND950 else 0
+
+    @property
     def bytes_per_elem(self) -> int:
-        tensors, broadcasts = _io_tensors(self.op)
-        if self.soc.arch != ASCEND950:
-            broadcasts = 0  # the TBE kernels take per-channel vectors; only the 950 path broadcasts
+        tensors, broadcasts = self.io_tensors
         io = tensors * DTYPE_BYTES[self.dtype] + broadcasts * DTYPE_BYTES[self.stats_dtype]
         return 2 * io + 2 * DTYPE_BYTES["float32"]
 
@@ -163,12 +165,11 @@ class _Problem:
 def _build(problem: _Problem, strategy: ElementwiseStrategy, rejected: tuple[Rejection, ...]) -> ElementwisePlan:
     soc = problem.soc
     elems = problem.elems
-    tensors, broadcasts = _io_tensors(problem.op)
     common = dict(soc=soc, strategy=strategy, source="modeled", rejected=rejected, tiling_data=None,
                   tiling_key=ARCH35_KEY if soc.arch == ASCEND950 and problem.op != "batch_norm_elemt" else None,
                   shape=problem.shape, dtype=problem.dtype, stats_dtype=problem.stats_dtype, c=problem.shape[1],
                   hxw=prod(problem.shape[2:]), elems=elems,
-                  io_tensors=tensors + (broadcasts if soc.arch == ASCEND950 else 0),
+                  io_tensors=sum(problem.io_tensors),
                   bytes_per_elem=problem.bytes_per_elem)
     if problem.op == "batch_norm_elemt":
         common["recompute_var"] = soc.arch in (A2_A3, ATLAS_TRAINING)

@@ -44,8 +44,8 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
 
 def _convert_in(value, op, name, originals, outputs=False):
     if isinstance(value, torch.Tensor):
-        if not outputs and value.dim() >= 2 and not value.is_contiguous():
-            value = value.contiguous()
+        if not outputs and value.dim() >= 2:
+            value = value.contiguous()  # the tensor itself when it already is
         array = to_numpy(value, op, name)
         originals[id(array)] = value
         return array

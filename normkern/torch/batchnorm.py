@@ -31,16 +31,11 @@ _fast_backward = tensor_op("fast_batch_norm_backward")
 F32 = torch.float32
 
 
-def _contiguous(t: torch.Tensor) -> torch.Tensor:
-    """The kernels read NCHW order; a channels_last tensor is copied once (documented cost)."""
-    return t if t.is_contiguous() else t.contiguous()
-
-
 class _SyncBatchNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
                 soc):
-        input = _contiguous(input)
+        input = input.contiguous()
         channels = input.shape[1]
         if input.numel() // channels == 1 and world_size < 2:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
@@ -71,7 +66,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_output = _contiguous(grad_output)
+        grad_output = grad_output.contiguous()
         input, weight, mean, invstd, count = ctx.saved_tensors
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
@@ -108,7 +103,7 @@ class _BatchNormEvalFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, eps, soc):
-        input = _contiguous(input)
+        input = input.contiguous()
         mean = running_mean.detach().to(F32)
         invstd = torch.rsqrt(running_var.detach().to(F32) + eps)
         ctx.save_for_backward(input, weight, mean, invstd)
@@ -117,7 +112,7 @@ class _BatchNormEvalFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_output = _contiguous(grad_output)
+        grad_output = grad_output.contiguous()
         input, weight, mean, invstd = ctx.saved_tensors
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
@@ -212,7 +207,7 @@ class _BatchNormTrainFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, soc):
-        input = _contiguous(input)
+        input = input.contiguous()
         output, save_mean, save_invstd = torch.native_batch_norm(input, weight, bias, running_mean, running_var,
                                                                  True, factor, eps)
         ctx.save_for_backward(input, weight, save_mean, save_invstd)
@@ -224,7 +219,7 @@ class _BatchNormTrainFunction(torch.autograd.Function):
         input, weight, save_mean, save_invstd = ctx.saved_tensors
         mask = tuple(bool(m) for m in ctx.needs_input_grad[:3])
         mask = (mask[0], mask[1] and weight is not None, mask[2] and weight is not None)
-        grads = _fast_backward(_contiguous(grad_output), input, None if weight is None else weight.detach(), None,
+        grads = _fast_backward(grad_output.contiguous(), input, None if weight is None else weight.detach(), None,
                                None, save_mean, save_invstd, True, ctx.eps, mask, soc=ctx.soc)
         return (*grads, None, None, None, None, None)
 

@@ -19,7 +19,7 @@ _group_norm_backward = tensor_op("group_norm_backward")
 class _GroupNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, groups, eps, soc):
-        input = input if input.is_contiguous() else input.contiguous()
+        input = input.contiguous()  # NCHW order for the kernels (no copy when it already is)
         n, c = input.shape[:2]
         hxw = math.prod(input.shape[2:])
         output, mean, rstd = torch.native_group_norm(input, weight, bias, n, c, hxw, groups, eps)
@@ -33,7 +33,7 @@ class _GroupNormFunction(torch.autograd.Function):
         n, c, hxw, groups = ctx.shape
         need = ctx.needs_input_grad
         mask = (bool(need[0]), bool(need[1]) and weight is not None, bool(need[2]) and weight is not None)
-        grad_output = grad_output if grad_output.is_contiguous() else grad_output.contiguous()
+        grad_output = grad_output.contiguous()
         gamma = None if weight is None else weight.detach().to(mean.dtype)
         grads = _group_norm_backward(grad_output, input, mean, rstd, gamma, n, c, hxw, groups, mask, soc=ctx.soc)
         grad_input, grad_gamma, grad_beta = grads

@@ -7,10 +7,10 @@ import math
 import numpy as np
 
 import tiling
-from tiling import BatchNormReduceBackwardPlan, BatchNormReduceBackwardStrategy
+from tiling import BatchNormReduceBackwardStrategy
 
 from ... import _config
-from ..._buffers import in_order, write_back
+from ..._buffers import write_back
 from ..._checks import (
     check_arrival_seed,
     check_dtypes,
@@ -26,21 +26,12 @@ from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError
+from ..batch_norm_stats.api import arrival_order
 from . import kernel
 
 OP = "batch_norm_backward_reduce"
 F32 = np.float32
 OUTPUTS = ("sumDy", "sumDyXmu", "gradWeight", "gradBias")
-
-
-def arrival_order(plan: BatchNormReduceBackwardPlan, seed: int | None = None) -> np.ndarray:
-    """The (2, cores) order in which the two sums add the core partials: core order, or for an atomic
-    plan a permutation per sum drawn from ``seed`` (fresh entropy when None)."""
-    cores = plan.block_dim
-    if plan.strategy is not BatchNormReduceBackwardStrategy.ATOMIC:
-        return in_order(plan, 2, cores)
-    rng = np.random.default_rng(seed)
-    return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)
 
 
 def _check_mask(name: str, value) -> bool:

@@ -21,6 +21,7 @@ from ..._checks import (
     check_real,
     check_supported,
     parse_strategy,
+    planned,
     unpack_out,
 )
 from ..._dtypes import dtype_name
@@ -46,11 +47,8 @@ def _allowed_dtypes(names: tuple[str, ...]) -> tuple[np.dtype, ...]:
 
 def _plan(devices, channels, dtype, spec, forced, momentum, eps):
     """The plan, with its kernel arguments for the thread pool and inline, both made once per plan."""
-    try:
-        plan = tiling.plan_batch_norm_gather_stats_with_counts(devices, channels, dtype_name(dtype), spec, forced,
-                                                               momentum=momentum, eps=eps)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
+    plan = planned(OP, lambda: tiling.plan_batch_norm_gather_stats_with_counts(
+        devices, channels, dtype_name(dtype), spec, forced, momentum=momentum, eps=eps))
     return plan.memo("launch", lambda: (plan, plan.cached_kernel_args(), plan.inline_kernel_args()))
 
 

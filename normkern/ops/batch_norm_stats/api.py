@@ -32,13 +32,14 @@ OP = "batch_norm_stats"
 
 
 def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarray:
-    """The (2, cores) order in which each pass adds the core partials.
+    """The (2, cores) order in which each pass (or each of BatchNormReduceBackward's two sums, whose plans
+    share this row reduction) adds the core partials.
 
     Core order for deterministic plans; for an atomic plan a random permutation per pass, drawn
     from ``seed`` (fresh entropy when None), which is how a replay reproduces a run.
     """
     cores = plan.block_dim
-    if plan.strategy is not BatchNormStatsStrategy.ATOMIC:
+    if plan.strategy.value != "atomic":
         return in_order(plan, 2, cores)
     rng = np.random.default_rng(seed)
     return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)

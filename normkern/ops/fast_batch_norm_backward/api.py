@@ -21,13 +21,14 @@ from ..._checks import (
     check_real,
     check_supported,
     parse_strategy,
+    planned,
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor
 from ..._streaming import worth_streaming
 from ..._threads import plan_spans
-from ...errors import InvalidParameterError, TilingError
+from ...errors import InvalidParameterError
 from . import kernel
 
 OP = "fast_batch_norm_backward"
@@ -52,6 +53,21 @@ def _check_mask(output_mask) -> tuple[bool, bool, bool]:
 def _check_dtype(name: str, value) -> None:
     if dtype_name(check_array(OP, name, value).dtype) not in DTYPES:
         raise InvalidParameterError(OP, name, f"dtype must be one of {', '.join(DTYPES)}", dtype_name(value.dtype))
+
+
+def _check_optional_dtypes(optional: tuple[tuple[str, object], ...]) -> None:
+    for name, value in optional:
+        if value is not None:
+            _check_dtype(name, value)
+
+
+def _check_attributes(training, eps, version) -> float:
+    """``training`` a bool, ``eps`` a real number (returned as a float), ``version`` an int."""
+    if not isinstance(training, (bool, np.bool_)):
+        raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
+    eps = check_real(OP, "eps", eps)
+    check_int(OP, "version", version, "must be an int (CANN ignores its value)")
+    return eps
 
 
 def core_work(args) -> np.ndarray:
@@ -131,20 +147,16 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     forced = parse_strategy(OP, FastBatchNormBackwardStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
+    optional = (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
+                ("saveMean", save_mean), ("saveInvstd", save_invstd))
     if x.size == 0 or dy.size == 0:
         # CANN's op_api returns before checking anything else; normkern checks the dtypes and the attributes
         # first, so an empty call of wrong types is refused as a full one would be (and nothing complex or
         # integral comes back).
         _check_dtype("gradOut", dy)
         _check_dtype("input", x)
-        for name, value in (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
-                            ("saveMean", save_mean), ("saveInvstd", save_invstd)):
-            if value is not None:
-                _check_dtype(name, value)
-        if not isinstance(training, (bool, np.bool_)):
-            raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
-        check_real(OP, "eps", eps)
-        check_int(OP, "version", version, "must be an int (CANN ignores its value)")
+        _check_optional_dtypes(optional)
+        _check_attributes(training, eps, version)
         return _empty_executor(spec, x if x.size == 0 else dy, x, weight, output_mask,
                                (grad_input, grad_weight, grad_bias), outputs_required)
     check_supported(OP, spec)
@@ -160,10 +172,7 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     for name, out, m in zip(OUTPUTS, (grad_input, grad_weight, grad_bias), mask, strict=True):
         if m and out is not None:
             _check_dtype(name, out)
-    for name, value in (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
-                        ("saveMean", save_mean), ("saveInvstd", save_invstd)):
-        if value is not None:
-            _check_dtype(name, value)
+    _check_optional_dtypes(optional)
     check_rank(OP, "input", x)
     check_rank(OP, "gradOut", dy)
     if dy.shape != x.shape:
@@ -174,23 +183,17 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         if not grad_input.flags.writeable:
             raise InvalidParameterError(OP, "gradInput", "must be writeable", "a read-only array")
     channels = x.shape[1]
-    for name, value in (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
-                        ("saveMean", save_mean), ("saveInvstd", save_invstd)):
+    for name, value in optional:
         check_channel_vector(OP, name, value, channels, written=False)
     check_channel_vector(OP, "gradWeight", grad_weight if mask[1] else None, channels)
     check_channel_vector(OP, "gradBias", grad_bias if mask[2] else None, channels)
-    if not isinstance(training, (bool, np.bool_)):
-        raise InvalidParameterError(OP, "training", "must be a bool", repr(training))
-    eps = check_real(OP, "eps", eps)
-    check_int(OP, "version", version, "must be an int (CANN ignores its value)")
+    eps = _check_attributes(training, eps, version)
     check_overlaps(OP, tuple((name, out if m else None) for name, out, m
                              in zip(OUTPUTS, (grad_input, grad_weight, grad_bias), mask, strict=True)),
                    (("gradOut", dy), ("input", x)))
-    try:
-        plan = tiling.plan_fast_batch_norm_backward(x.shape, dtype_name(x.dtype), spec, forced,
-                                                    training=bool(training), weight_dtype="float32", epsilon=eps)
-    except tiling.TilingError as exc:
-        raise TilingError(OP, str(exc)) from exc
+    plan = planned(OP, lambda: tiling.plan_fast_batch_norm_backward(x.shape, dtype_name(x.dtype), spec, forced,
+                                                                    training=bool(training), weight_dtype="float32",
+                                                                    epsilon=eps))
     grad_dtype = weight.dtype if weight is not None else x.dtype
 
     def run(workspace: np.ndarray):
