@@ -12,6 +12,7 @@ Numba cache).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -73,6 +74,10 @@ def main() -> None:
                 mean_loss = sum(losses[-10:]) / len(losses[-10:])
                 print(f"step {step:3d}  loss {mean_loss:.3f}  {per_step:6.1f} ms/step  ({world} rank(s))", flush=True)
     if distributed:
+        # The DDP wrapper holds the process group: release it first, so that the group (and gloo's threads)
+        # is torn down here, not at interpreter exit, where gloo can abort the process.
+        del net, optimizer
+        gc.collect()
         dist.destroy_process_group()
 
 
