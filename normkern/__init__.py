@@ -7,6 +7,7 @@ count, and an atomic plan can be replayed from its arrival order.
 
 from . import _cache, _fork, aclnn
 from ._config import get_default_soc, get_deterministic, set_default_soc, set_deterministic
+from ._prepared import PreparedCall, prepare
 from ._registry import records as _records
 from .determinism import DeterminismReport, check_determinism
 from .errors import (
@@ -30,7 +31,8 @@ __version__ = "0.1.0"
 globals().update({_record.name: _record.function for _record in _records()})
 
 __all__ = [
-    *(_record.name for _record in _records()), "aclnn", "check_determinism", "DeterminismReport",
+    *(_record.name for _record in _records()), "aclnn", "check_determinism", "DeterminismReport", "prepare",
+    "PreparedCall",
     "get_default_soc", "get_deterministic", "set_default_soc", "set_deterministic",
     "DeterminismError", "InvalidParameterError", "NormkernError", "NullPointerError", "TilingError",
     "UnsupportedError", "WorkspaceError",

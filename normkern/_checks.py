@@ -141,15 +141,20 @@ def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
             and a.strides == b.strides and a.dtype == b.dtype)
 
 
-def check_overlaps(op: str, outputs: tuple[tuple[str, object], ...], tensors: tuple[tuple[str, object], ...]) -> None:
+def check_overlaps(op: str, outputs: tuple[tuple[str, object], ...],
+                   tensors: tuple[tuple[str, object], ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Outputs must not share memory with one another, and an output may share memory with one of the
     input ``tensors`` only by being that very array (same memory, shape, strides and dtype): the
     kernels read each element of an input before they write the same element of an output in place,
     but a shifted or reshaped overlap would be overwritten before it is read. (The small per-channel
-    inputs are copied before the kernel runs, so they may overlap anything.)"""
+    inputs are copied before the kernel runs, so they may overlap anything.)
+
+    Returns the rule as names: the outputs checked, and the tensors they were checked against (an
+    executor keeps it, to check the arrays a prepared call brings)."""
     live = [(name, a) for name, a in outputs if a is not None]
+    rule = tuple(name for name, _ in live), tuple(name for name, b in tensors if b is not None)
     if own_their_memory([a for _, a in live] + [b for _, b in tensors if b is not None]):
-        return
+        return rule
     for i, (name, a) in enumerate(live):
         for other, b in live[i + 1:]:
             if shares_memory(a, b):
@@ -158,6 +163,7 @@ def check_overlaps(op: str, outputs: tuple[tuple[str, object], ...], tensors: tu
             if b is not None and shares_memory(a, b) and not _same_view(a, b):
                 raise InvalidParameterError(op, name, f"must be {other} itself (in place) or not share memory with "
                                                       "it", "a partly overlapping array")
+    return rule
 
 
 def unpack_out(op: str, out, names: str) -> tuple:

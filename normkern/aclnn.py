@@ -20,20 +20,24 @@ from ._registry import OpRecord, records
 from .errors import (
     ACLNN_ERR_INNER,
     ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
+    ACLNN_ERR_INNER_NULLPTR,
     ACLNN_ERR_INNER_TILING_ERROR,
     ACLNN_ERR_PARAM_INVALID,
     ACLNN_ERR_PARAM_NULLPTR,
     ACLNN_ERR_RUNTIME_ERROR,
     ACLNN_SUCCESS,
+    InternalNullError,
+    InvalidParameterError,
     NormkernError,
 )
 
 __all__ = [
     "ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
-    "ACLNN_ERR_INNER", "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_INNER_FIND_KERNEL_ERROR",
+    "ACLNN_ERR_INNER", "ACLNN_ERR_INNER_TILING_ERROR", "ACLNN_ERR_INNER_FIND_KERNEL_ERROR", "ACLNN_ERR_INNER_NULLPTR",
     "ACL_SUCCESS", "ACL_ERROR_INVALID_PARAM", "ACL_OPT_DETERMINISTIC", "ACL_OPT_ENABLE_DEBUG_KERNEL",
     "ACL_OPT_STRONG_CONSISTENCY", "ACL_OPT_ENABLE_KERNEL_EARLY_START",
     "aclrtCtxSetSysParamOpt", "aclrtCtxGetSysParamOpt", "aclGetRecentErrMsg", "Executor",
+    "aclSetAclOpExecutorRepeatable", "aclDestroyAclOpExecutor", "aclSetInputTensorAddr", "aclSetOutputTensorAddr",
 ]
 
 ACL_SUCCESS = 0
@@ -85,6 +89,70 @@ def aclrtCtxGetSysParamOpt(opt: int) -> tuple[int, int]:
     return ACL_ERROR_INVALID_PARAM, 0
 
 
+def _status(action: Callable[[], None], unforeseen: int = ACLNN_ERR_INNER, what: str = "internal error") -> int:
+    """``action``'s status: 0, the code of the NormkernError it raised, or ``unforeseen`` for any other
+    exception (the C API returns a status, whatever went wrong); the message is kept for aclGetRecentErrMsg."""
+    try:
+        action()
+    except NormkernError as exc:
+        _set_error(str(exc))
+        return exc.status
+    except Exception as exc:
+        _set_error(f"{what}: {type(exc).__name__}: {exc}")
+        return unforeseen
+    return ACLNN_SUCCESS
+
+
+def _executor_of(name: str, executor) -> Executor:
+    if executor is None:
+        raise InternalNullError(name, "executor", "must not be None (null pointer)", None)
+    if not isinstance(executor, Executor):
+        raise InvalidParameterError(name, "executor", "must be an executor a first phase returned",
+                                    type(executor).__name__)
+    return executor
+
+
+def aclSetAclOpExecutorRepeatable(executor) -> int:
+    """Make ``executor`` repeatable: the second phase may then run it any number of times (a one-shot executor
+    is spent by its run), and ``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr`` may point it at new arrays
+    of the same shapes and dtypes. Call it after the first phase, before the first run."""
+    name = "aclSetAclOpExecutorRepeatable"
+
+    def make_repeatable():
+        _executor_of(name, executor).repeatable = True
+
+    return _status(make_repeatable, what=f"{name}: internal error")
+
+
+def aclDestroyAclOpExecutor(executor) -> int:
+    """Release a repeatable executor: it runs no more."""
+    name = "aclDestroyAclOpExecutor"
+
+    def destroy():
+        _executor_of(name, executor).spent = True
+
+    return _status(destroy, what=f"{name}: internal error")
+
+
+def _tensor_addr(name: str, output: bool):
+    def set_addr(executor, index, tensor, addr) -> int:
+        return _status(lambda: _executor_of(name, executor).replace(index, tensor, addr, output, name),
+                       what=f"{name}: internal error")
+
+    set_addr.__name__ = set_addr.__qualname__ = name
+    kind = "output" if output else "input"
+    set_addr.__doc__ = (f"Point {kind} ``index`` of a repeatable executor (the array ``tensor`` its first phase "
+                        f"bound there) at the array ``addr`` of the same shape and dtype, as CANN refreshes a "
+                        f"tensor's device address. 161002 for an index out of range, a tensor that was None in "
+                        f"the first phase, another shape or dtype, or an {kind} that would overlap what the op "
+                        f"forbids; 561103 for a null executor or tensor.")
+    return set_addr
+
+
+aclSetInputTensorAddr = _tensor_addr("aclSetInputTensorAddr", output=False)
+aclSetOutputTensorAddr = _tensor_addr("aclSetOutputTensorAddr", output=True)
+
+
 def _first_phase(prepare: Callable[[], Executor]) -> tuple[int, int, Executor | None]:
     try:
         executor = prepare()
@@ -98,15 +166,7 @@ def _first_phase(prepare: Callable[[], Executor]) -> tuple[int, int, Executor | 
 
 
 def _second_phase(op: str, workspace, workspace_size, executor) -> int:
-    try:
-        launch(op, workspace, workspace_size, executor)
-    except NormkernError as exc:
-        _set_error(str(exc))
-        return exc.status
-    except Exception as exc:  # the C API returns a status, whatever went wrong
-        _set_error(f"runtime error: {type(exc).__name__}: {exc}")
-        return ACLNN_ERR_RUNTIME_ERROR
-    return ACLNN_SUCCESS
+    return _status(lambda: launch(op, workspace, workspace_size, executor), ACLNN_ERR_RUNTIME_ERROR, "runtime error")
 
 
 def _phases(record: OpRecord) -> tuple[Callable, Callable]:

@@ -50,6 +50,13 @@ class WorkspaceError(InvalidParameterError):
     """The workspace passed to the second phase is missing, too small or misaligned."""
 
 
+class InternalNullError(NormkernError, ValueError):
+    """A null executor or tensor given to an executor API such as aclSetInputTensorAddr
+    (ACLNN_ERR_INNER_NULLPTR)."""
+
+    status = ACLNN_ERR_INNER_NULLPTR
+
+
 class UnsupportedError(NormkernError):
     """The op does not exist for this SoC in CANN (no kernel binary: ACLNN_ERR_INNER_FIND_KERNEL_ERROR)."""
 

@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 from .. import _registry
+from .._config import get_default_soc, get_deterministic
 from .._dtypes import bfloat16
+from .._prepared import PreparedCall, prepare
 from ..errors import InvalidParameterError
 
 
@@ -63,18 +65,61 @@ def _convert_out(value, originals):
     return value
 
 
-def tensor_op(op: str):
+def tensor_op(op: str, prepared: bool = False):
     """``normkern.<op>`` on tensors: tensor arguments as views, outputs as tensors; an ``out=`` tensor (or
-    an updated running statistic) is returned as the very tensor passed."""
+    an updated running statistic) is returned as the very tensor passed.
+
+    ``prepared``: keep a prepared call (``normkern.prepare``) per call signature that repeats (shapes, dtypes,
+    the other arguments, the settings), as a layer that sees the same shapes every step wants: its checks and
+    plan are then done once, and each later call only matches its arrays to them."""
     record = _registry.get(op, "normkern.torch")
+    calls: dict[tuple, PreparedCall] = {}
+    once: set[tuple] = set()
+
+    def run(np_args, np_kwargs):
+        if not prepared:
+            return record.function(*np_args, **np_kwargs)
+        seen: dict[int, int] = {}
+        key = (_signature(np_args, seen), _signature(tuple(np_kwargs.items()), seen), get_default_soc(),
+               get_deterministic())
+        call = calls.get(key)
+        if call is None:
+            if key not in once:  # prepared only once it repeats (a changing momentum=None factor never does)
+                if len(once) >= PREPARED_CALLS:
+                    once.clear()
+                once.add(key)
+                return record.function(*np_args, **np_kwargs)
+            if len(calls) >= PREPARED_CALLS:
+                calls.clear()
+            call = calls[key] = prepare(op, *np_args, **np_kwargs)
+        own = {k: v for k, v in np_kwargs.items() if k not in _registry.COMMON_KEYWORDS or k == "out"}
+        return call(*np_args, **own) if own else call(*np_args)
 
     @functools.wraps(record.function)
     def call(*args, **kwargs):
         originals: dict[int, torch.Tensor] = {}
         np_args = [_convert_in(a, op, f"argument {i}", originals) for i, a in enumerate(args)]
         np_kwargs = {k: _convert_in(v, op, k, originals, outputs=k == "out") for k, v in kwargs.items()}
-        return _convert_out(record.function(*np_args, **np_kwargs), originals)
+        return _convert_out(run(np_args, np_kwargs), originals)
 
     call.__doc__ = f"``normkern.{op}`` on CPU tensors (any dtype it takes; bfloat16 included).\n\n" + (
         record.function.__doc__ or "")
     return call
+
+
+#: Prepared calls a layer op keeps (one per call signature); past this many they are dropped and made anew.
+PREPARED_CALLS = 256
+
+
+def _signature(values, seen: dict[int, int]) -> tuple:
+    """A hashable description of arguments: arrays by shape, dtype and which earlier argument was the same
+    array (``seen``: its first position), sequences by their items, the rest as they are."""
+    parts = []
+    for value in values:
+        if isinstance(value, np.ndarray):
+            parts.append((value.shape, value.dtype, seen.setdefault(id(value), len(seen))))
+        elif isinstance(value, (tuple, list)):
+            parts.append(_signature(value, seen))
+        else:
+            parts.append(value)
+    return tuple(parts)

@@ -13,7 +13,7 @@ from torch import nn
 
 from ._tensors import tensor_op
 
-_group_norm_backward = tensor_op("group_norm_backward")
+_group_norm_backward = tensor_op("group_norm_backward", prepared=True)
 
 
 class _GroupNormFunction(torch.autograd.Function):

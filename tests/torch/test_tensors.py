@@ -78,3 +78,32 @@ def test_bad_tensors_are_normkern_errors():
         nt.batch_norm_stats(torch.zeros(2, 3, dtype=torch.float64), 1e-5, soc="host")
     with pytest.raises(normkern.InvalidParameterError, match="must be a CPU tensor"):
         nt.batch_norm_stats(torch.zeros(2, 3, device="meta"), 1e-5, soc="host")
+
+
+@pytest.mark.parametrize("op", _registry.names())
+def test_layer_ops_prepare_the_calls_that_repeat_and_give_the_plain_bits(op, monkeypatch):
+    """``tensor_op(op, prepared=True)``, what the layers use: a call signature seen twice gets a prepared call,
+    kept for the calls after it; every call gives the plain op's bits on its own data."""
+    from normkern.torch import _tensors
+
+    made = []
+    real = _tensors.prepare
+    monkeypatch.setattr(_tensors, "prepare", lambda *a, **k: made.append(a[0]) or real(*a, **k))
+    layer_op = _tensors.tensor_op(op, prepared=True)
+    record = _registry.get(op)
+    shape = (6, 4) if record.shape_ranks == (2, 2) else (3, 4, 5)
+    options = {o.dest: o.kwargs.get("default", True) for o in record.options}
+    for seed in range(4):
+        kw = example_inputs(op, shape, seed=seed, **options)
+        plain = _registry.get(op).call(_copy(kw), soc="host", arrival_seed=0)
+        tensors = _as_tensors(_copy(kw))
+        got = layer_op(**tensors, soc="host", arrival_seed=0)
+        got = (got,) if len(record.outputs) == 1 else got
+        got = (*got, *(tensors.get(name) for name in record.updated))
+        for a, b in zip(got, plain, strict=True):
+            assert (a is None and b is None) or np.array_equal(nt.to_numpy(a).view(np.uint8), b.view(np.uint8))
+    assert made == [op]  # prepared at the second call, reused by the third and fourth
+
+
+def _copy(kw):
+    return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in kw.items()}

@@ -25,7 +25,7 @@ from ..._checks import (
     planned,
 )
 from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor
+from ..._executor import Executor, pythonic
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError
 from . import kernel
@@ -91,28 +91,29 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
             raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
     if grad_input is not None and not grad_input.flags.writeable:
         raise InvalidParameterError(OP, "gradInput", "must be writeable", "a read-only array")
-    check_overlaps(OP, (("gradInput", grad_input),), (("gradOut", grad_out), ("input", input)))
+    overlaps = check_overlaps(OP, (("gradInput", grad_input),), (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, ElementwiseStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan = planned(OP, lambda: tiling.plan_batch_norm_backward_elemt(input.shape, data, spec, forced,
                                                                      stats_dtype=stats, devices=counter.size))
 
-    def launch(out):
-        dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
-        x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-        args = plan.cached_kernel_args()
-        kernel.elemt_backward(dy, x, args, plan_spans(plan, lambda: args.core_count),
-                              *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
+    def run(workspace, grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, grad_input):
+        def launch(out):
+            dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
+            x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
+            args = plan.cached_kernel_args()
+            kernel.elemt_backward(dy, x, args, plan_spans(plan, lambda: args.core_count),
+                                  *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
 
-    def run(workspace):
         return elementwise_output(grad_input, input, None if plan.strategy is ElementwiseStrategy.EMPTY else launch)
 
     return Executor(OP, plan, run, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd),
                                     ("weight", weight), ("sumDy", sum_dy), ("sumDyXmu", sum_dy_xmu),
-                                    ("counter", counter), ("gradInput", grad_input)))
+                                    ("counter", counter), ("gradInput", grad_input)), outputs=1, overlaps=overlaps)
 
 
+@pythonic
 def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, *, soc=None,
                               strategy=None, deterministic=None, arrival_seed=None, out=None) -> np.ndarray:
     """grad_input of a synchronized batch norm from the global per-channel sums.
@@ -125,10 +126,9 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     """
     if out is not None:
         check_array(OP, "out", out)
-    executor = prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, out, soc=soc,
-                       strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                       output_required=False)
-    return executor.run_private()
+    return prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, out, soc=soc,
+                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   output_required=False)
 
 
 def bytes_moved(shape, dtype) -> int:

@@ -23,7 +23,7 @@ from ..._checks import (
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor
+from ..._executor import Executor, pythonic
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError
 from ..batch_norm_stats.api import arrival_order
@@ -78,7 +78,7 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
         if value is not None and value.shape != (channels,):
             raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
     live = tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted, strict=True) if w)
-    check_overlaps(OP, live, (("gradOut", grad_out), ("input", input)))
+    overlaps = check_overlaps(OP, live, (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, BatchNormReduceBackwardStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
@@ -87,7 +87,7 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
     stats_dtype = mean.dtype
     weight_dtype = stats_dtype if weight is None else weight.dtype
 
-    def run(workspace):
+    def run(workspace, grad_out, input, mean, invstd, weight, *outputs):
         dtypes = (stats_dtype, stats_dtype, weight_dtype, weight_dtype)
         targets = [o if o is not None else np.zeros(channels, d) if w else None
                    for o, w, d in zip(outputs, wanted, dtypes, strict=True)]
@@ -114,9 +114,11 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
         return tuple(targets)
 
     return Executor(OP, plan, run, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd),
-                                    ("weight", weight), *zip(OUTPUTS, outputs, strict=True)))
+                                    ("weight", weight), *zip(OUTPUTS, outputs, strict=True)), outputs=4,
+                    overlaps=overlaps)
 
 
+@pythonic
 def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *, soc=None,
                                strategy=None, deterministic=None, arrival_seed=None, out=None):
     """Per-channel (axis 1) sums of a batch norm's backward: ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``.
@@ -129,10 +131,9 @@ def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, w
     ``out=(sum_dy, sum_dy_xmu, grad_weight, grad_bias)`` preallocated (C,) arrays (None where masked).
     """
     targets = unpack_out(OP, out, "sum_dy, sum_dy_xmu, grad_weight, grad_bias")
-    executor = prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *targets, soc=soc,
-                       strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                       outputs_required=out is not None)
-    return executor.run_private()
+    return prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *targets, soc=soc,
+                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   outputs_required=out is not None)
 
 
 def bytes_moved(shape, dtype) -> int:

@@ -25,7 +25,7 @@ from ..._checks import (
     planned,
 )
 from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor
+from ..._executor import Executor, pythonic
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError
 from . import kernel
@@ -77,26 +77,27 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
             raise InvalidParameterError(OP, name, f"shape must be (C,) = ({channels},)", value.shape)
     if output is not None and not output.flags.writeable:
         raise InvalidParameterError(OP, "output", "must be writeable", "a read-only array")
-    check_overlaps(OP, (("output", output),), (("input", input),))
+    overlaps = check_overlaps(OP, (("output", output),), (("input", input),))
     eps = check_real(OP, "eps", eps)
     forced = parse_strategy(OP, ElementwiseStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan = planned(OP, lambda: tiling.plan_batch_norm_elemt(input.shape, data, spec, forced, stats_dtype=stats))
 
-    def launch(out):
-        x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-        args = plan.cached_kernel_args()
-        kernel.elemt(x, args, plan_spans(plan, lambda: args.core_count),
-                     *channel_factors(plan, weight, bias, mean, invstd, eps), out)
+    def run(workspace, input, weight, bias, mean, invstd, output):
+        def launch(out):
+            x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
+            args = plan.cached_kernel_args()
+            kernel.elemt(x, args, plan_spans(plan, lambda: args.core_count),
+                         *channel_factors(plan, weight, bias, mean, invstd, eps), out)
 
-    def run(workspace):
         return elementwise_output(output, input, None if plan.strategy is ElementwiseStrategy.EMPTY else launch)
 
     return Executor(OP, plan, run, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
-                                    ("invstd", invstd), ("output", output)))
+                                    ("invstd", invstd), ("output", output)), outputs=1, overlaps=overlaps)
 
 
+@pythonic
 def batch_norm_elemt(input, weight, bias, mean, invstd, eps, *, soc=None, strategy=None, deterministic=None,
                      arrival_seed=None, out=None) -> np.ndarray:
     """Batch norm with given statistics: ``(x - mean) * invstd * weight + bias`` per channel (axis 1).
@@ -110,9 +111,8 @@ def batch_norm_elemt(input, weight, bias, mean, invstd, eps, *, soc=None, strate
     """
     if out is not None:
         check_array(OP, "out", out)
-    executor = prepare(input, weight, bias, mean, invstd, eps, out, soc=soc, strategy=strategy,
-                       deterministic=deterministic, arrival_seed=arrival_seed, output_required=False)
-    return executor.run_private()
+    return prepare(input, weight, bias, mean, invstd, eps, out, soc=soc, strategy=strategy,
+                   deterministic=deterministic, arrival_seed=arrival_seed, output_required=False)
 
 
 def bytes_moved(shape, dtype) -> int:

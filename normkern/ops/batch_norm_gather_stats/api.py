@@ -25,7 +25,7 @@ from ..._checks import (
     unpack_out,
 )
 from ..._dtypes import dtype_name
-from ..._executor import Executor
+from ..._executor import Executor, pythonic
 from ...errors import InvalidParameterError, TilingError
 from . import kernel
 
@@ -108,15 +108,16 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         if not F32(eps) > F32(0.0):
             raise TilingError(OP, f"[{OP}] eps must be positive as a float32 (SyncBatchNormGatherStatsFused "
                               f"tiling), got {eps}")
-    check_overlaps(OP, (("meanAll", mean_all), ("invstdAll", invstd_all), ("runningMean", running_mean),
-                        ("runningVar", running_var)), (("mean", mean), ("invstd", invstd), ("counts", counts)))
+    written = (("meanAll", mean_all), ("invstdAll", invstd_all), ("runningMean", running_mean),
+               ("runningVar", running_var))
+    overlaps = check_overlaps(OP, written, (("mean", mean), ("invstd", invstd), ("counts", counts)))
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan, args_parallel, args_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced, momentum, eps)
     out_dtype = mean.dtype
 
-    def run(workspace):
+    def run(workspace, input, mean, invstd, running_mean, running_var, counts, mean_all, invstd_all):
         mean_out = mean_all if mean_all is not None else np.empty(channels, out_dtype)
         invstd_out = invstd_all if invstd_all is not None else np.empty(channels, out_dtype)
         if plan.strategy is GatherStatsStrategy.EMPTY:
@@ -138,11 +139,12 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         write_back(((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)))
         return mean_out, invstd_out
 
-    return Executor(OP, plan, run, (("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts),
-                                    ("runningMean", running_mean), ("runningVar", running_var),
-                                    ("meanAll", mean_all), ("invstdAll", invstd_all)))
+    return Executor(OP, plan, run, (("input", input), ("mean", mean), ("invstd", invstd),
+                                    ("runningMean", running_mean), ("runningVar", running_var), ("counts", counts),
+                                    ("meanAll", mean_all), ("invstdAll", invstd_all)), outputs=2, overlaps=overlaps)
 
 
+@pythonic
 def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts, *,
                                         soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None):
     """Global ``(mean_all, invstd_all)`` from per-device ``mean``/``invstd`` (D, C) and ``counts`` (D,).
@@ -155,7 +157,6 @@ def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, runni
     and change nothing.
     """
     mean_all, invstd_all = unpack_out(OP, out, "mean_all, invstd_all")
-    executor = prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all,
-                       soc=soc, strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                       outputs_required=out is not None)
-    return executor.run_private()
+    return prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all,
+                   soc=soc, strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   outputs_required=out is not None)

@@ -23,7 +23,7 @@ from ..._checks import (
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor
+from ..._executor import Executor, pythonic
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError
 from . import kernel
@@ -68,7 +68,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
         raise InvalidParameterError(OP, "input", "dim 1 (C) must be positive", f"shape {x.shape}")
     check_channel_vector(OP, "mean", mean, channels)
     check_channel_vector(OP, "invstd", invstd, channels)
-    check_overlaps(OP, (("mean", mean), ("invstd", invstd)), (("input", x),))
+    overlaps = check_overlaps(OP, (("mean", mean), ("invstd", invstd)), (("input", x),))
     check_real(OP, "eps", eps)
     forced = parse_strategy(OP, BatchNormStatsStrategy, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
@@ -77,7 +77,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
                    want_deterministic)
     eps32 = np.float32(eps)
 
-    def run(workspace: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def run(workspace: np.ndarray, x, mean, invstd) -> tuple[np.ndarray, np.ndarray]:
         mean_out = f32_buffer(mean, channels)
         invstd_out = f32_buffer(invstd, channels)
         if plan.strategy is BatchNormStatsStrategy.EMPTY:
@@ -95,9 +95,10 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
         write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 
-    return Executor(OP, plan, run, (("input", x), ("mean", mean), ("invstd", invstd)))
+    return Executor(OP, plan, run, (("input", x), ("mean", mean), ("invstd", invstd)), outputs=2, overlaps=overlaps)
 
 
+@pythonic
 def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, deterministic=None,
                      arrival_seed=None, out=None) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and inverse standard deviation of ``input`` (channel on axis 1).
@@ -112,9 +113,8 @@ def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, 
     overrides the global switch; ``arrival_seed`` reproduces an atomic plan's arrival order.
     """
     mean, invstd = unpack_out(OP, out, "mean, invstd")
-    executor = prepare(input, eps, mean, invstd, soc=soc, strategy=strategy, deterministic=deterministic,
-                       arrival_seed=arrival_seed, outputs_required=out is not None)
-    return executor.run_private()
+    return prepare(input, eps, mean, invstd, soc=soc, strategy=strategy, deterministic=deterministic,
+                   arrival_seed=arrival_seed, outputs_required=out is not None)
 
 
 def bytes_moved(shape, dtype) -> int:

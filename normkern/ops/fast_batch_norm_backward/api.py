@@ -25,7 +25,7 @@ from ..._checks import (
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor
+from ..._executor import Executor, pythonic
 from ..._streaming import worth_streaming
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError
@@ -188,15 +188,16 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     check_channel_vector(OP, "gradWeight", grad_weight if mask[1] else None, channels)
     check_channel_vector(OP, "gradBias", grad_bias if mask[2] else None, channels)
     eps = _check_attributes(training, eps, version)
-    check_overlaps(OP, tuple((name, out if m else None) for name, out, m
-                             in zip(OUTPUTS, (grad_input, grad_weight, grad_bias), mask, strict=True)),
-                   (("gradOut", dy), ("input", x)))
+    live = tuple((name, out if m else None) for name, out, m
+                 in zip(OUTPUTS, (grad_input, grad_weight, grad_bias), mask, strict=True))
+    overlaps = check_overlaps(OP, live, (("gradOut", dy), ("input", x)))
     plan = planned(OP, lambda: tiling.plan_fast_batch_norm_backward(x.shape, dtype_name(x.dtype), spec, forced,
                                                                     training=bool(training), weight_dtype="float32",
                                                                     epsilon=eps))
     grad_dtype = weight.dtype if weight is not None else x.dtype
 
-    def run(workspace: np.ndarray):
+    def run(workspace: np.ndarray, dy, x, weight, running_mean, running_var, save_mean, save_invstd, grad_input,
+            grad_weight, grad_bias):
         gi = grad_input if grad_input is not None or not mask[0] else np.empty(x.shape, x.dtype)
         mean, scale, w = statistics(plan, weight, running_mean, running_var, save_mean, save_invstd, eps)
         dy3, x3 = fused_views(plan, dy, x)
@@ -222,7 +223,8 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
 
     return Executor(OP, plan, run, (("gradOut", dy), ("input", x), ("weight", weight), ("runningMean", running_mean),
                                     ("runningVar", running_var), ("saveMean", save_mean), ("saveInvstd", save_invstd),
-                                    ("gradInput", grad_input), ("gradWeight", grad_weight), ("gradBias", grad_bias)))
+                                    ("gradInput", grad_input), ("gradWeight", grad_weight), ("gradBias", grad_bias)),
+                    outputs=3, overlaps=overlaps)
 
 
 def _empty_executor(spec, empty, x, weight, output_mask, outputs, outputs_required) -> Executor:
@@ -232,15 +234,21 @@ def _empty_executor(spec, empty, x, weight, output_mask, outputs, outputs_requir
     The Pythonic layer still answers: an empty grad_input and zero sums for grad_weight/grad_bias."""
     plan = tiling.plan_fast_batch_norm_backward(empty.shape if empty.ndim >= 2 else (0, 0), "float32",
                                                 spec if tiling.support(OP, spec).runs else "host", "empty")
+    tensors = tuple(zip(OUTPUTS, outputs, strict=True))
     if outputs_required:
-        return Executor(OP, plan, lambda workspace: outputs)
+        return Executor(OP, plan, lambda workspace, *given: given, tensors, outputs=3)
     mask = _check_mask(output_mask)
     channels = x.shape[1] if x.ndim >= 2 else 0
     grad_dtype = weight.dtype if isinstance(weight, np.ndarray) else x.dtype
-    results = (np.empty(x.shape, x.dtype), np.zeros(channels, grad_dtype), np.zeros(channels, grad_dtype))
-    return Executor(OP, plan, lambda workspace: tuple(r if m else None for r, m in zip(results, mask, strict=True)))
+
+    def run(workspace, *given):
+        results = (np.empty(x.shape, x.dtype), np.zeros(channels, grad_dtype), np.zeros(channels, grad_dtype))
+        return tuple(r if m else None for r, m in zip(results, mask, strict=True))
+
+    return Executor(OP, plan, run, tensors, outputs=3)
 
 
+@pythonic
 def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, running_mean, running_var, save_mean,
                              save_invstd, training: bool, eps: float, output_mask=(True, True, True), version: int = 0,
                              *, soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None):
@@ -259,10 +267,9 @@ def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, ru
     ``arrival_seed`` are checked and change nothing.
     """
     outputs = unpack_out(OP, out, "grad_input, grad_weight, grad_bias")
-    executor = prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
-                       output_mask, version, *outputs, soc=soc, strategy=strategy, deterministic=deterministic,
-                       arrival_seed=arrival_seed, outputs_required=out is not None)
-    return executor.run_private()
+    return prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
+                   output_mask, version, *outputs, soc=soc, strategy=strategy, deterministic=deterministic,
+                   arrival_seed=arrival_seed, outputs_required=out is not None)
 
 
 def bytes_moved(shape, dtype) -> int:

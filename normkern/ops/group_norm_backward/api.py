@@ -24,7 +24,7 @@ from ..._checks import (
     unpack_out,
 )
 from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor
+from ..._executor import Executor, pythonic
 from ..._streaming import worth_streaming
 from ..._threads import plan_spans
 from ...errors import InvalidParameterError
@@ -141,8 +141,8 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
                 raise InvalidParameterError(OP, name, f"shape must be {shape}", out.shape)
             if not out.flags.writeable:
                 raise InvalidParameterError(OP, name, "must be writeable", "a read-only array")
-    check_overlaps(OP, tuple((name, out if m else None) for name, out, m in zip(OUTPUTS, outputs, mask, strict=True)),
-                   (("gradOut", grad_out), ("input", input)))
+    live = tuple((name, out if m else None) for name, out, m in zip(OUTPUTS, outputs, mask, strict=True))
+    overlaps = check_overlaps(OP, live, (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, S, strategy)
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
@@ -153,7 +153,7 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
                    want_deterministic, f"each channel's {n} task partials")
     stats_dtype = mean.dtype
 
-    def run(workspace: np.ndarray):
+    def run(workspace: np.ndarray, grad_out, input, mean, rstd, gamma, grad_input, grad_gamma, grad_beta):
         gi = grad_input if grad_input is not None or not mask[0] else np.empty(input.shape, grad_out.dtype)
         gg = grad_gamma if grad_gamma is not None or not mask[1] else np.empty(gamma_shape, stats_dtype)
         gb = grad_beta if grad_beta is not None or not mask[2] else np.empty(gamma_shape, stats_dtype)
@@ -166,7 +166,8 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
         return tuple(o if m else None for o, m in zip((gi, gg, gb), mask, strict=True))
 
     return Executor(OP, plan, run, (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd),
-                                    ("gamma", gamma), *zip(OUTPUTS, outputs, strict=True)))
+                                    ("gamma", gamma), *zip(OUTPUTS, outputs, strict=True)), outputs=3,
+                    overlaps=overlaps)
 
 
 def task_views(plan: GroupNormBackwardPlan, *tensors: np.ndarray) -> list[np.ndarray]:
@@ -227,6 +228,7 @@ def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
     dgamma[:], dbeta[:] = ws_gamma, ws_beta
 
 
+@pythonic
 def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW: int, group: int,
                         output_mask=(True, True, True), *, soc=None, strategy=None, deterministic=None,
                         arrival_seed=None, out=None):
@@ -243,10 +245,9 @@ def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW:
     ``out=(grad_input, grad_gamma, grad_beta)`` writes into preallocated arrays.
     """
     outputs = unpack_out(OP, out, "grad_input, grad_gamma, grad_beta")
-    executor = prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, *outputs, soc=soc,
-                       strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                       outputs_required=out is not None)
-    return executor.run_private()
+    return prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, *outputs, soc=soc,
+                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   outputs_required=out is not None)
 
 
 def bytes_moved(n: int, c: int, hxw: int, dtype) -> int:
