@@ -193,8 +193,21 @@ def fold(lanes):
     return _sum64(lanes)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def fold_halves(buf, length, used):
+    """ReduceSum of ``buf[0:length]`` in the A2 fold-halves order (``_fold_halves``): a buffer of at most 64
+    elements, a short row's, is folded in registers here, inlined; longer ones out of line, where the
+    levels' code is compiled once. A bounds-checked build folds every buffer out of line: its width check
+    raises, and a raise inlined into a ``prange`` body would stop that loop from running in parallel."""
+    if length <= LANES and not _CHECKED:
+        if used >= LANES:
+            return _sum64(buf)
+        return _sum64_first(buf, used)
+    return _fold_halves(buf, length, used)
+
+
+@njit(cache=True, error_model="numpy")
+def _fold_halves(buf, length, used):
     """ReduceSum of ``buf[0:length]`` in the A2 fold-halves order; returns the sum, destroys ``buf``.
 
     With ``h`` the largest ``64 * 2**k`` below ``length``: the tail ``buf[h:length]`` is added onto

@@ -56,6 +56,13 @@ MAX_CHANNEL_SIZE = 1024
 #: L1/L2 beside the rows streaming through, where the whole L2 as UB would spill them (the fold would
 #: then be as long as the data). A2/A3 use their UB as is.
 HOST_UB_BYTES = 128 * 1024
+#: The host model's planes of at most this many elements go one plane a UB pass (split_load, one HW chunk):
+#: the planes of a channel are added position by position onto one buffer of the plane's length, and that
+#: buffer is folded once. The A2 templates pack several planes into a pass (full load: all of them), each
+#: at its own offset, and fold the whole packed buffer; on a CPU the packed order costs a fold as long as
+#: the channel and the stores that fill it, where the plane order keeps one short buffer in L1 and folds
+#: it once (docs/performance.md). Longer planes keep the A2 choice.
+HOST_PLANE_PASS_MAX = 1024
 KEY_INFER_FULL_LOAD, KEY_INFER_SPLIT_LOAD = 10001, 20001
 KEY_TRAIN_FULL_LOAD, KEY_TRAIN_SPLIT_LOAD = 30001, 40001
 CROSS_CORE_KEY_OFFSET = 10
@@ -258,7 +265,7 @@ def _split_load(p: FastBatchNormBackwardProblem) -> tuple[TilingData, Split, int
     each = _fceil_div(a, p.soc.vector_cores)
     need = _fceil_div(a, each)
     tail = a - (need - 1) * each
-    b_ub_block = _b_ub_block(p, min(each, MAX_CHANNEL_SIZE))
+    b_ub_block = p.b1_align if _plane_passes(p) else _b_ub_block(p, min(each, MAX_CHANNEL_SIZE))
     if b_ub_block <= 0:
         raise TilingError(f"[{OP}] split_load: bUbBlock is {b_ub_block}")
     td = {"b1Dim": b1, "aDim": a, "b0Dim": b0, "bAlign": p.b_align, "coreChannelNum": each,
@@ -282,7 +289,7 @@ def _cross_core(p: FastBatchNormBackwardProblem) -> tuple[TilingData, int]:
     cores = p.soc.vector_cores
     td = dict.fromkeys(SplitLoadCrossCoreTilingData.__dataclass_fields__, 0)
     each = a // cores
-    b_ub_block = _b_ub_block(p, each)
+    b_ub_block = p.b1_align if _plane_passes(p) else _b_ub_block(p, each)
     if b_ub_block <= 0:
         raise TilingError(f"[{OP}] split_load_cross_core: bUbBlock is {b_ub_block}")
     td.update(b1Dim=b1, aDim=a, b0Dim=b0, bAlign=p.b_align, coreChannelNum=each, bUbBlock=b_ub_block,
@@ -626,7 +633,15 @@ def _not_empty(strategy: S, check):
     return checked
 
 
+def _plane_passes(p) -> bool:
+    """Whether the host model takes one plane a UB pass (``HOST_PLANE_PASS_MAX``)."""
+    return p.soc.arch == HOST and p.fused[2] <= HOST_PLANE_PASS_MAX
+
+
 def _check_full_load(p):
+    if _plane_passes(p):
+        return Rejection("full_load", f"host: planes of B1={p.fused[2]} <= {HOST_PLANE_PASS_MAX} go one a pass "
+                         "(split_load)", False)
     limit = FULL_LOAD_TRAIN_LIMIT if p.training else FULL_LOAD_INFER_LIMIT
     if p.b_align > limit:
         return Rejection("full_load", f"bAlign={p.b_align} > {limit}", True)

@@ -22,7 +22,8 @@ EPS = 1e-5
 #: 5 cores and an 8 KiB UB: float32 bUbBlock 504 (half 496), full load only up to bAlign ~400.
 SMALL = dataclasses.replace(tiling.get_soc("Ascend910B2"), name="small", arch="host", vector_cores=5,
                             ub_bytes=8192, ub_raw_bytes=8192, system_workspace_bytes=4096)
-#: (shape, the template SMALL picks, why the shape is there)
+#: (shape, the template SMALL picks, why the shape is there): the A2 templates, so with the host model's
+#: one-plane passes off (``a2_templates``)
 CASES = [
     ((5, 7, 63), "full_load", "fold of 320 around 64 * 2**k"),
     ((5, 7, 64), "full_load", "b1 = 64, no padding"),
@@ -47,6 +48,16 @@ CASES = [
     ((400, 4, 50), "split_load_cross_core", "pairs then groups of 2"),
     ((1001, 3, 2, 2), "split_load", "N > 1000, HW <= 32: the op_api transpose"),
 ]
+
+
+@pytest.fixture
+def a2_templates(monkeypatch):
+    """SMALL is a host-arch SoC with a small UB, to run the A2 templates at small shapes: the host model's
+    one-plane passes (``HOST_PLANE_PASS_MAX``) are turned off while a test plans on it."""
+    monkeypatch.setattr(tiling.fast_batch_norm_backward, "HOST_PLANE_PASS_MAX", 0)
+    tiling.fast_batch_norm_backward._plan_cached.cache_clear()
+    yield
+    tiling.fast_batch_norm_backward._plan_cached.cache_clear()
 
 
 def make_problem(shape, dtype, seed=0):
@@ -85,6 +96,7 @@ def assert_close_to_reference(inputs, got, training, dtype):
         assert_close(value, want, name=name)
 
 
+@pytest.mark.usefixtures("a2_templates")
 @pytest.mark.parametrize("training", [True, False], ids=["train", "infer"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape, template, why", CASES, ids=[c[2] for c in CASES])
@@ -96,6 +108,7 @@ def test_kernel_equals_simulator_on_every_template(shape, template, why, dtype, 
     assert_close_to_reference(inputs, got, training, dtype)
 
 
+@pytest.mark.usefixtures("a2_templates")
 @pytest.mark.parametrize("offset", [0, 3], ids=["own", "out+12B"])
 @pytest.mark.parametrize("shape, template, why", CASES, ids=[c[2] for c in CASES])
 def test_streamed_training_grad_input_gives_the_simulators_bits(shape, template, why, offset, monkeypatch):
@@ -129,12 +142,36 @@ def test_real_socs_match_simulator_and_reference(soc, shape):
     assert_close_to_reference(inputs, got, True, "float32")
 
 
+#: (shape, why): the host model's one-plane passes (``HOST_PLANE_PASS_MAX``) on the host SoC
+PLANE_CASES = [
+    ((8, 16, 7, 7), "7x7 planes, a 64-lane fold"),
+    ((4, 8, 14, 14), "14x14 planes, b1Align pads"),
+    ((3, 5, 28, 28), "28x28 planes, a fold of 784"),
+    ((2, 3, 32, 32), "planes of 1024, the longest that go one a pass"),
+    ((25, 3, 32, 32), "cross-core groups of one-plane passes"),
+    ((1, 6, 1, 1), "planes of one element"),
+]
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "infer"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape, why", PLANE_CASES, ids=[c[1] for c in PLANE_CASES])
+def test_host_plane_passes_equal_the_simulator(shape, why, dtype, training):
+    plan, inputs, got, expected = run_both(shape, dtype, "host", training, seed=sum(shape))
+    args = plan.cached_kernel_args()
+    assert args.split_hw == 1 and args.hw_blocks == 1 and args.fold_len == plan.b1_align, plan
+    for name, a, b in zip(("grad_input", "grad_weight", "grad_bias"), got, expected, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, plan)
+    assert_close_to_reference(inputs, got, training, dtype)
+
+
 def test_the_a2_plans_are_the_exact_tilings():
     assert tiling.plan_fast_batch_norm_backward((4, 100, 120, 120), "float32", "Ascend910B2").tiling_key == 40011
     assert tiling.plan_fast_batch_norm_backward((16, 30, 40, 40), "float32", "Ascend910B2").tiling_data[
         "morehalfChannel"] == 1
 
 
+@pytest.mark.usefixtures("a2_templates")
 @pytest.mark.parametrize("strategy", ["full_load", "split_load", "split_load_cross_core"])
 def test_thread_count_does_not_change_a_bit(strategy, threads):
     shape = {"full_load": (5, 7, 63), "split_load": (31, 10, 30), "split_load_cross_core": (400, 8, 50)}[strategy]
@@ -154,6 +191,7 @@ def test_the_plan_defines_the_bits():
     assert not all(np.array_equal(bits(a), bits(b)) for a, b in zip(a2, host, strict=True))
 
 
+@pytest.mark.usefixtures("a2_templates")
 @pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (False, False, True),
                                   (True, True, False), (False, False, False)])
 @pytest.mark.parametrize("training", [True, False])

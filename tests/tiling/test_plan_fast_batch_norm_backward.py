@@ -147,6 +147,23 @@ def test_a_broken_job_table_is_caught():
         dataclasses.replace(plan, tiling_data=bad)
 
 
+@pytest.mark.parametrize("shape, planes", [((8, 512, 7, 7), True), ((32, 64, 32, 32), True),
+                                           ((32, 64, 33, 33), False), ((32, 64, 56, 56), False)])
+def test_host_model_takes_short_planes_one_a_pass(shape, planes):
+    """Planes of at most HOST_PLANE_PASS_MAX elements: split_load, one whole plane a pass (split HW into one
+    chunk), each folded buffer a plane long; the A2 plan of the same shape packs planes into full-load passes."""
+    from tiling.fast_batch_norm_backward import HOST_PLANE_PASS_MAX
+
+    assert HOST_PLANE_PASS_MAX == 1024
+    plan = plan_fast_batch_norm_backward(shape, "float32", "host")
+    args = plan.cached_kernel_args()
+    assert (plan.strategy.value == "split_load" and args.split_hw == 1 and args.hw_blocks == 1
+            and args.fold_len == plan.b1_align) == planes, plan
+    if planes:
+        assert plan.tree.level("ub_passes").fan_in == shape[0]
+        assert plan_fast_batch_norm_backward(shape, "float32", "host", "full_load").strategy.value == "full_load"
+
+
 def test_host_model_divides_at_most_host_ub_bytes():
     import dataclasses
 
@@ -154,17 +171,17 @@ def test_host_model_divides_at_most_host_ub_bytes():
     from tiling.fast_batch_norm_backward import HOST_UB_BYTES
     l2_sized = dataclasses.replace(get_soc("host"), name="host_1mib", vector_cores=2, ub_bytes=1 << 20,
                                    ub_raw_bytes=1 << 20)
-    plan = plan_fast_batch_norm_backward((256, 256, 14, 14), "float16", l2_sized)
-    # 128 channels a core (aligned to 16): bUbBlock = (128 KiB - 128 * 3 * 4) // 16 = 8096; b1Align 208,
-    # so 8096 // 208 = 38 planes a pass, 7 passes over N = 256, the last of 28 planes
+    plan = plan_fast_batch_norm_backward((256, 256, 40, 40), "float16", l2_sized)
+    # 128 channels a core (aligned to 16): bUbBlock = (128 KiB - 128 * 3 * 4) // 16 = 8096; b1Align 1600,
+    # so 8096 // 1600 = 5 planes a pass, 52 passes over N = 256, the last of 1 plane
     assert HOST_UB_BYTES == 128 * 1024
     assert plan.strategy.value == "split_load" and plan.tiling_data["bUbBlock"] == 8096
     td = plan.tiling_data
-    assert (td["b0UbBlock"], td["bUbLoop"], td["b0UbBlockTail"]) == (38, 7, 28)
+    assert (td["b0UbBlock"], td["bUbLoop"], td["b0UbBlockTail"]) == (5, 52, 1)
     capped = dataclasses.replace(l2_sized, name="host_128kib", ub_bytes=HOST_UB_BYTES, ub_raw_bytes=HOST_UB_BYTES)
-    assert plan_fast_batch_norm_backward((256, 256, 14, 14), "float16", capped).tiling_data == plan.tiling_data
-    # A2 divides its whole UB (5 channels a core): (196352 - 16 * 3 * 4) // 16 = 12260 -> 12256
-    a2 = plan_fast_batch_norm_backward((256, 256, 14, 14), "float16", "Ascend910B2")
+    assert plan_fast_batch_norm_backward((256, 256, 40, 40), "float16", capped).tiling_data == plan.tiling_data
+    # A2 divides its whole UB (6 channels a core): (196352 - 16 * 3 * 4) // 16 = 12260 -> 12256
+    a2 = plan_fast_batch_norm_backward((256, 256, 40, 40), "float16", "Ascend910B2")
     assert a2.tiling_data["bUbBlock"] == 12256
     # explain() names the UB the split divided, next to the SoC's own
     rows = {line.split()[0]: line.split()[1] for line in plan.explain().splitlines()[2:]}

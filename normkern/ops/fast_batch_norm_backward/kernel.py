@@ -59,6 +59,53 @@ def _zero(buf, start, stop):
         buf[i] = 0.0
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _plane_passes(dy, x, dx, geo, c, first, last, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+    """``reduce_job`` where every pass is one whole plane (split HW into one chunk: the host's short
+    planes): the planes added position by position onto ``[0, b1)``, then each buffer folded; ``fuse_dx``
+    writes the inference dx of each row as it is added. The same additions as the general walk, without
+    its per-pass bookkeeping, which costs as much as a short plane's arithmetic."""
+    b1 = geo.b1
+    part_dy = row_view(acc_dy, 0, b1)
+    part_dyx = row_view(acc_dyx, 0, b1)
+    swept = first
+    if not fuse_dx:  # four planes a sweep: one load and store of each accumulator per position for four adds
+        while swept + 4 <= last:
+            ra = _row_start(dy, swept, c, 0)
+            rb = _row_start(dy, swept + 1, c, 0)
+            rc = _row_start(dy, swept + 2, c, 0)
+            rd = _row_start(dy, swept + 3, c, 0)
+            _add_four_rows(part_dy, part_dyx, row_view(dy, ra, b1), row_view(x, ra, b1), row_view(dy, rb, b1),
+                           row_view(x, rb, b1), row_view(dy, rc, b1), row_view(x, rc, b1), row_view(dy, rd, b1),
+                           row_view(x, rd, b1), mean, swept == first)
+            swept += 4
+    for plane in range(swept, last):
+        row = _row_start(dy, plane, c, 0)
+        if fuse_dx:
+            _add_row_infer(part_dy, part_dyx, row_view(dy, row, b1), row_view(x, row, b1), row_view(dx, row, b1),
+                           mean, scale, weight, plane == first)
+        else:
+            _add_row(part_dy, part_dyx, row_view(dy, row, b1), row_view(x, row, b1), mean, plane == first)
+    return fold_halves(acc_dy, geo.fold_len, b1), fold_halves(acc_dyx, geo.fold_len, b1)
+
+
+@njit(cache=True, error_model="numpy")
+def _plane_channel(dy, x, dx, geo, c, first, count, mean, scale, weight, training, write_dx, n, acc_dy, acc_dyx):
+    """A single-core job's channel when every pass is one whole plane: its two sums (``_plane_passes``), then
+    (training) its dx, in one function: a short plane's channel costs less than the calls of the general
+    path (``_reduce_job``, ``_dx_job``), each of which passes every array again."""
+    s_dy, s_dyx = _plane_passes(dy, x, dx, geo, c, first, first + count, mean, scale, weight,
+                                write_dx and not training, acc_dy, acc_dyx)
+    if training and write_dx:
+        shift, k = _dx_factors(s_dy, s_dyx * scale, scale, n)
+        b1 = geo.b1
+        for plane in range(first, first + count):
+            row = _row_start(dy, plane, c, 0)
+            _dx_row(row_view(dy, row, b1), row_view(x, row, b1), row_view(dx, row, b1), mean, shift, k, scale,
+                    weight)
+    return s_dy, s_dyx
+
+
 def _passes_reduction(max_group: int):
     """``_reduce_job``, adding at most ``max_group`` equal passes in one sweep: two compiled functions
     (``_reduce_swept``, ``_reduce_rows``), so that where the sweeps do not pay (float32 training) the
@@ -186,9 +233,16 @@ def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, 
     acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
     fuse_dx = write_dx and not training
     geo = _geometry(args)
+    planes = geo.split_hw and geo.hw_blocks == 1
     for job in jobs:
         first, count = args.job_block_start[job], args.job_block_count[job]
         for c in range(args.job_channel_start[job], args.job_channel_start[job] + args.job_channel_count[job]):
+            if planes:
+                s_dy, s_dyx = _plane_channel(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], training,
+                                             write_dx, args.count, acc_dy, acc_dyx)
+                grad_bias[c] = s_dy
+                grad_weight[c] = s_dyx * scale[c]
+                continue
             s_dy, s_dyx = _reduce_job(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], fuse_dx,
                                       acc_dy, acc_dyx)
             gw = s_dyx * scale[c]

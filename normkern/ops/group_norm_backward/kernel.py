@@ -116,6 +116,24 @@ def _channel_sums(dy, x, row, n, r, neg_mr, mode, chunk, buf_dy, buf_dg, ahead):
     return total_dy, total_dg
 
 
+@njit(cache=True, error_model="numpy")
+def _task_sums(dy, x, first, c_g, hxw, r, neg_mr, mode, chunk, buf_dy, buf_dg, ahead, dbeta, dgamma):
+    """(dbeta, dgamma) of a task's ``c_g`` channels (flat channel index ``first`` on), into ``dbeta`` /
+    ``dgamma``. Modes 0-2 without prefetching fill each row here, inlined (and fold it inlined too when it
+    has at most 64 elements, ``fold_halves``): on short rows (7x7 planes) a call per row
+    (``_channel_sums``, passing every array again) costs as much as the row."""
+    if mode in (0, 1, 2) and not ahead:
+        for j in range(c_g):
+            row = (first + j) * hxw
+            _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
+            dbeta[j] = fold_halves(buf_dy, hxw, hxw)
+            dgamma[j] = fold_halves(buf_dg, hxw, hxw)
+        return
+    for j in range(c_g):
+        dbeta[j], dgamma[j] = _channel_sums(dy, x, (first + j) * hxw, hxw, r, neg_mr, mode, chunk, buf_dy, buf_dg,
+                                            ahead)
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _group_factor(gamma, sums, count, scale, small):
     """ReduceSum(gamma * sums) / M over the group's channels (``Mul_ReduceSum_template``)."""
@@ -191,10 +209,12 @@ def _dx_task(dy, x, dx, first, c_g, hxw, mode, align, m, r, neg_mr, gamma, c1, c
     """dx of a task's ``c_g`` channels (flat channel index ``first`` on), streamed if ``stream``."""
     for j in range(c_g):
         aligned = (j * hxw) % align == 0
+        row = (first + j) * hxw
         if stream:
-            _dx_streamed(dy, x, dx, (first + j) * hxw, hxw, mode, aligned, m, r, neg_mr, gamma[j], c1, c2, scratch)
+            _dx_streamed(dy, x, dx, row, hxw, mode, aligned, m, r, neg_mr, gamma[j], c1, c2, scratch)
         else:
-            _dx_channel(dy, x, dx, (first + j) * hxw, hxw, mode, aligned, m, r, neg_mr, gamma[j], c1, c2)
+            _dx_rows(row_view(dy, row, hxw), row_view(x, row, hxw), row_view(dx, row, hxw), hxw, mode, aligned, m, r,
+                     neg_mr, gamma[j], c1, c2)
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
@@ -222,9 +242,8 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials, ahead,
                 neg_mr = (F32(-1.0) * m) * r
                 dgamma = partials[t, 0]
                 dbeta = partials[t, 1]
-                for j in range(c_g):
-                    dbeta[j], dgamma[j] = _channel_sums(dy, x, (t * c_g + j) * args.hxw, args.hxw, r, neg_mr,
-                                                        args.mode, args.chunk, buf_dy, buf_dg, ahead)
+                _task_sums(dy, x, t * c_g, c_g, args.hxw, r, neg_mr, args.mode, args.chunk, buf_dy, buf_dg, ahead,
+                           dbeta, dgamma)
                 if not write_dx:
                     continue
                 gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
