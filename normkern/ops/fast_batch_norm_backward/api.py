@@ -209,7 +209,8 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         row = args.hw_block if args.split_hw else args.b1
         stream = direct and plan.training and worth_streaming(dx3, STREAM_MIN_BYTES) \
             and row * dx3.itemsize >= STREAM_MIN_ROW_BYTES
-        kernel.backward(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args,
+        kernel.backward(kernel, plan.memo("phase_leads", lambda: kernel.phase_leads(args)), kernel_view(dy3),
+                        kernel_view(x3), kernel_view(dx3), workspace, args,
                         plan_spans(plan, lambda: core_work(args)), mean, scale, w, plan.training, mask[0], gw, gb,
                         stream)
         if mask[0] and not direct:

@@ -233,16 +233,9 @@ def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, 
     acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
     fuse_dx = write_dx and not training
     geo = _geometry(args)
-    planes = geo.split_hw and geo.hw_blocks == 1
     for job in jobs:
         first, count = args.job_block_start[job], args.job_block_count[job]
         for c in range(args.job_channel_start[job], args.job_channel_start[job] + args.job_channel_count[job]):
-            if planes:
-                s_dy, s_dyx = _plane_channel(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], training,
-                                             write_dx, args.count, acc_dy, acc_dyx)
-                grad_bias[c] = s_dy
-                grad_weight[c] = s_dyx * scale[c]
-                continue
             s_dy, s_dyx = _reduce_job(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], fuse_dx,
                                       acc_dy, acc_dyx)
             gw = s_dyx * scale[c]
@@ -251,6 +244,21 @@ def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, 
             if training and write_dx:
                 shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
                 _dx_job(dy, x, dx, geo, c, first, count, mean[c], shift, k, scale[c], weight[c], stream)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _whole_plane_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+    """``_whole_jobs`` when every pass is one whole plane (``_plane_channel``)."""
+    acc_dy = np.empty(fold_capacity(args.fold_len), F32)
+    acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
+    geo = _geometry(args)
+    for job in jobs:
+        first, count = args.job_block_start[job], args.job_block_count[job]
+        for c in range(args.job_channel_start[job], args.job_channel_start[job] + args.job_channel_count[job]):
+            s_dy, s_dyx = _plane_channel(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], training,
+                                         write_dx, args.count, acc_dy, acc_dyx)
+            grad_bias[c] = s_dy
+            grad_weight[c] = s_dyx * scale[c]
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -287,46 +295,62 @@ def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, g
                     scale[c], weight[c], stream)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _is_lead(args, job):
-    """Whether ``job`` leads a cross-core group (the group's first core)."""
-    return args.job_group_size[job] > 1 and args.job_group_first[job] == args.job_core[job]
+@njit(parallel=True, cache=True, error_model="numpy")
+def channels(dy, x, dx, ws, args, offsets, bounds, leads, mean, scale, weight, training, write_dx, grad_weight,
+             grad_bias, stream):
+    """One phase (core ``k``'s jobs are ``offsets[k]:offsets[k + 1]``). A single-core phase (no ``leads``) runs
+    thread by thread: thread ``t`` the jobs of cores [bounds[t], bounds[t + 1]) in core order (``_threads``;
+    a thread's cores are adjacent, so are their jobs). A cross-core phase runs group by group, ``leads``
+    their first jobs (each group on one thread: its members' partials, the combine, then their dx, while the
+    channel is in cache). One parallel loop for both kinds, its bodies inlined: a second parfor would compile
+    the reduction's callers again."""
+    items = bounds.shape[0] - 1 if leads.shape[0] == 0 else leads.shape[0]
+    for t in prange(items):
+        if leads.shape[0] == 0:
+            _whole_jobs(dy, x, dx, args, range(offsets[bounds[t]], offsets[bounds[t + 1]]), mean, scale, weight,
+                        training, write_dx, grad_weight, grad_bias, stream)
+        else:
+            _group(dy, x, dx, ws, args, leads[t], mean, scale, weight, training, write_dx, grad_weight, grad_bias,
+                   stream)
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def backward(dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight, grad_bias, stream):
-    """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes.
+def whole_planes(dy, x, dx, args, offsets, bounds, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+    """A single-core phase of a plan whose every pass is one whole plane (the host's short planes), as
+    ``channels`` runs one: a kernel of its own, so such a plan compiles only its one-plane channel code."""
+    for t in prange(bounds.shape[0] - 1):
+        _whole_plane_jobs(dy, x, dx, args, range(offsets[bounds[t]], offsets[bounds[t + 1]]), mean, scale, weight,
+                          training, write_dx, grad_weight, grad_bias)
+
+
+def phase_leads(args) -> tuple[np.ndarray, ...]:
+    """Each phase's cross-core groups, by their first jobs (empty for a single-core phase)."""
+    cores = args.phase_core_jobs.shape[1] - 1
+    leads = []
+    for offsets in args.phase_core_jobs:
+        jobs = np.arange(offsets[0], offsets[cores])
+        leads.append(jobs[(args.job_group_size[jobs] > 1) & (args.job_group_first[jobs] == args.job_core[jobs])])
+    return tuple(leads)
+
+
+def backward(kernels, leads, dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight,
+             grad_bias, stream):
+    """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes, ``kernels``
+    this module (its parallel kernels are looked up per call: a forked child swaps them, ``_fork``),
+    ``leads`` the plan's ``phase_leads``.
 
     ``grad_weight`` / ``grad_bias`` are float32 (C,); ``write_dx`` False leaves ``dx`` untouched;
     ``stream`` writes the training dx with streaming stores (``_dx_job_streamed``), a hint: the same bits.
-    A single-core phase ``p`` runs thread by thread, thread ``t`` the jobs of cores
-    [spans[p, t], spans[p, t + 1]) in core order (``_threads``); a cross-core phase runs group by
-    group (each group on one thread: its members' partials, the combine, then their dx, while the
-    channel is in cache). The additions are the plan's either way: every member's partial is its
-    own blocks in its own order, and the group's slots are added in core order.
+    The single-core phases of a one-plane plan run ``whole_planes``, every other phase ``channels``: a call
+    compiles only the kernels its plan uses. The additions are the plan's either way: every member's partial
+    is its own blocks in its own order, and a group's slots are added in core order.
     """
-    phases = args.phase_core_jobs.shape[0]
-    cores = args.phase_core_jobs.shape[1] - 1
-    for phase in range(phases):
+    planes = args.split_hw and args.hw_blocks == 1
+    for phase, phase_leads in enumerate(leads):
         offsets = args.phase_core_jobs[phase]
-        begin, end = offsets[0], offsets[cores]
-        leads = 0
-        for job in range(begin, end):
-            leads += _is_lead(args, job)
-        bounds = spans[phase]
-        lead_jobs = np.empty(leads, np.int64)
-        k = 0
-        for job in range(begin, end):
-            if _is_lead(args, job):
-                lead_jobs[k] = job
-                k += 1
-        # One parallel loop for both kinds of phase, its bodies inlined: each separately compiled level
-        # (a function of its own, a second parfor) would compile and emit the reduction's code again.
-        items = bounds.shape[0] - 1 if leads == 0 else leads
-        for t in prange(items):
-            if leads == 0:  # a thread's cores are adjacent, so are their jobs
-                _whole_jobs(dy, x, dx, args, range(offsets[bounds[t]], offsets[bounds[t + 1]]), mean, scale, weight,
-                            training, write_dx, grad_weight, grad_bias, stream)
-            else:
-                _group(dy, x, dx, ws, args, lead_jobs[t], mean, scale, weight, training, write_dx, grad_weight,
-                       grad_bias, stream)
+        if planes and not phase_leads.size:
+            kernels.whole_planes(dy, x, dx, args, offsets, spans[phase], mean, scale, weight, training, write_dx,
+                                 grad_weight, grad_bias)
+        else:
+            kernels.channels(dy, x, dx, ws, args, offsets, spans[phase], phase_leads, mean, scale, weight, training,
+                             write_dx, grad_weight, grad_bias, stream)
