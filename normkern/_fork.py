@@ -3,8 +3,8 @@ fork).
 
 Numba's OpenMP threading layer cannot run in a child forked after the parent used it: the child's first
 parallel call is killed ("fork() called from a process already using GNU OpenMP, this is unsafe"). The other
-layers cost too much here (workqueue: 80-150 us more per small call and 1.5-3x at 32x64x56x56 in
-BatchNormStats; TBB is not one of normkern's dependencies). So the parent keeps OpenMP, and a child forked
+layers cost too much here (workqueue is slower on every call, docs/reliability.md has the figures; TBB is not
+one of normkern's dependencies). So the parent keeps OpenMP, and a child forked
 after it ran swaps each parallel kernel for a serial twin of the same function: ``prange`` runs as ``range``
 over the same per-core shares, so the results are the same bits, on one thread. A twin compiles the first
 time a child calls it and is cached beside its kernel under a key of its own.

@@ -9,10 +9,7 @@ on each layer call (a look-up and a compare when it is already set).
 
 The pool itself is sized to the share when the first layer call comes before any parallel kernel has
 run: with Numba's OpenMP layer, pool threads left idle by ``set_num_threads`` still spin between calls
-and take the other rank's core.
-Measured with ``examples/train_syncbn_ddp.py`` at two ranks on two cores, steps 30-60: 11-66 ms a step with
-a pool of two threads narrowed to one, 8-12 ms with a pool of one (13-18 ms with the workqueue layer); one
-process: 2.7 ms.
+and take the other rank's core (docs/torch.md has the step times of each choice).
 """
 
 from __future__ import annotations

@@ -22,6 +22,16 @@ def _run(layer, x, dy):
     return out.detach(), x.grad
 
 
+def _compare(ours, ref, x, dy, grads=("weight", "bias")):
+    """``ours`` on float32 against ``ref`` on float64: output, grad_input and the named parameters' grads."""
+    out, gi = _run(ours, x, dy)
+    out_ref, gi_ref = _run(ref, x.double(), dy.double())
+    _close(out, out_ref)
+    _close(gi, gi_ref)
+    for name in grads:
+        _close(getattr(ours, name).grad, getattr(ref, name).grad, factor=16)
+
+
 SHAPES = [(6, 4), (3, 4, 7), (2, 4, 5, 6), (2, 4, 3, 4, 5)]
 
 
@@ -41,12 +51,7 @@ def test_sync_batch_norm_without_a_group_is_batch_norm(shape, momentum):
         dy = torch.randn(*shape, generator=g)
         for layer in (ours, ref):
             layer.zero_grad()
-        out, gi = _run(ours, x, dy)
-        out_ref, gi_ref = _run(ref, x.double(), dy.double())
-        _close(out, out_ref)
-        _close(gi, gi_ref)
-        _close(ours.weight.grad, ref.weight.grad, factor=16)
-        _close(ours.bias.grad, ref.bias.grad, factor=16)
+        _compare(ours, ref, x, dy)
         _close(ours.running_mean, ref.running_mean)
         _close(ours.running_var, ref.running_var)
         assert int(ours.num_batches_tracked) == step + 1
@@ -54,11 +59,7 @@ def test_sync_batch_norm_without_a_group_is_batch_norm(shape, momentum):
     ref.eval()
     x = torch.randn(*shape, generator=g)
     dy = torch.randn(*shape, generator=g)
-    out, gi = _run(ours, x, dy)
-    out_ref, gi_ref = _run(ref, x.double(), dy.double())
-    _close(out, out_ref)
-    _close(gi, gi_ref)
-    _close(ours.weight.grad, ref.weight.grad, factor=16)
+    _compare(ours, ref, x, dy, grads=("weight",))
 
 
 def test_bfloat16_and_no_affine_no_running_stats():
@@ -103,11 +104,7 @@ def test_local_batch_norm_layers(local, ref, shape):
     x = torch.randn(*shape, generator=g) + 1
     dy = torch.randn(*shape, generator=g)
     ours, theirs = local(4), ref(4).double()
-    out, gi = _run(ours, x, dy)
-    out_ref, gi_ref = _run(theirs, x.double(), dy.double())
-    _close(out, out_ref)
-    _close(gi, gi_ref)
-    _close(ours.weight.grad, theirs.weight.grad, factor=16)
+    _compare(ours, theirs, x, dy, grads=("weight",))
     _close(ours.running_var, theirs.running_var)
 
 
@@ -116,12 +113,7 @@ def test_group_norm():
     x = torch.randn(3, 8, 6, 6, generator=g) + 1
     dy = torch.randn(3, 8, 6, 6, generator=g)
     ours, theirs = nt.GroupNorm(4, 8), nn.GroupNorm(4, 8).double()
-    out, gi = _run(ours, x, dy)
-    out_ref, gi_ref = _run(theirs, x.double(), dy.double())
-    _close(out, out_ref)
-    _close(gi, gi_ref)
-    _close(ours.weight.grad, theirs.weight.grad, factor=16)
-    _close(ours.bias.grad, theirs.bias.grad, factor=16)
+    _compare(ours, theirs, x, dy)
 
 
 def test_threads_per_rank_share_and_override(monkeypatch):
