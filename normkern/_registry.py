@@ -55,6 +55,9 @@ class OpRecord:
     shape_ranks: tuple[int, int] = (2, 8)
     updated: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
+    #: The calls ``normkern warmup`` makes (``(shape, options)``, each under every strategy): together they
+    #: run each of the op's parallel kernels, so that a warmed cache holds every kernel a call may need.
+    warmup: tuple[tuple[tuple[int, ...], dict], ...] = (((4, 8, 6, 6), {}),)
 
     @property
     def aclnn(self) -> str:

@@ -163,37 +163,66 @@ def _print_report(report: dict, as_json: bool) -> None:
 
 
 def _cmd_warmup(args) -> int:
-    """Compile (or load from Numba's cache) every kernel variant each op runs for the given dtypes and SoCs:
-    one small call per op, dtype, SoC and strategy that can run it, each reported as it finishes."""
+    """Compile (or load from Numba's cache) every kernel each op runs for the given dtypes and SoCs: the op's
+    warm-up calls (``OpRecord.warmup``, which together reach each of its kernels) under every strategy that
+    can run them, one line per call as it finishes, under a progress bar where tqdm is installed."""
     from .examples import example_inputs
 
-    records = _registry.records()
-    names = _split(args.ops) if args.ops else [r.name for r in records]
-    dtypes = _split(args.dtypes)
-    socs = _split(args.socs)
+    names = _split(args.ops) if args.ops else [r.name for r in _registry.records()]
     for name in names:
         _registry.get(name, "warmup")
-    jobs = [(name, dtype, soc, strategy) for name in names for dtype in dtypes for soc in socs
+    jobs = [(name, dtype, soc, strategy, shape, options) for name in names for dtype in _split(args.dtypes)
+            for soc in _split(args.socs) for shape, options in _registry.get(name).warmup
             for strategy in _registry.get(name).strategies]
     start = time.perf_counter()
     done = 0
-    for i, (name, dtype, soc, strategy) in enumerate(jobs, 1):
-        record = _registry.get(name)
-        shape = (6, 8) if record.shape_ranks == (2, 2) else (4, 8, 6, 6)
-        # the examples' own defaults; GroupNorm with two groups of four channels each
-        options = {"group": 2} if any(o.dest == "group" for o in record.options) else {}
-        begun = time.perf_counter()
-        try:
-            record.call(example_inputs(name, shape, dtype, **options), soc=soc, strategy=strategy,
-                        deterministic=False, arrival_seed=0)
-        except (NormkernError, tiling.TilingError):
-            continue  # a dtype or strategy this SoC does not run for such a problem: nothing to compile
-        done += 1
-        print(f"[{i}/{len(jobs)}] {name} {dtype} {soc} {strategy.value}: {time.perf_counter() - begun:.2f} s",
-              flush=True)
+    with _progress(len(jobs)) as bar:
+        for i, (name, dtype, soc, strategy, shape, options) in enumerate(jobs, 1):
+            what = " ".join([name, dtype, soc, strategy.value, "x".join(map(str, shape)),
+                             *(f"{key}={value}" for key, value in options.items())])
+            bar.set_description_str(what)
+            begun = time.perf_counter()
+            try:
+                _registry.get(name).call(example_inputs(name, shape, dtype, **options), soc=soc, strategy=strategy,
+                                         deterministic=False, arrival_seed=0)
+            except (NormkernError, tiling.TilingError):
+                pass  # a dtype or strategy this SoC does not run for such a problem: nothing to compile
+            else:
+                done += 1
+                bar.write(f"[{i}/{len(jobs)}] {what}: {time.perf_counter() - begun:.2f} s", file=sys.stdout)
+            bar.update()
     print(f"warmed {done} kernel calls in {time.perf_counter() - start:.1f} s (Numba cache: "
           f"{os.environ.get('NUMBA_CACHE_DIR') or 'beside the sources'})")
     return 0
+
+
+class _Lines:
+    """The part of tqdm's interface ``_cmd_warmup`` uses, without a bar (tqdm is not installed)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def set_description_str(self, text: str) -> None:
+        pass
+
+    def update(self) -> None:
+        pass
+
+    @staticmethod
+    def write(line: str, file) -> None:
+        print(line, file=file, flush=True)
+
+
+def _progress(total: int):
+    """A progress bar on stderr (``tqdm``, the ``progress`` extra; shown on a terminal only), or ``_Lines``."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _Lines()
+    return tqdm(total=total, unit="call", disable=None, file=sys.stderr, dynamic_ncols=True)
 
 
 def _split(text: str) -> list[str]:

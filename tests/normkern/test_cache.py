@@ -41,6 +41,30 @@ def test_every_kernel_cache_is_keyed_by_the_helpers():
     assert _cache.DIGEST == _cache.helpers_digest()
 
 
+_KEYS = textwrap.dedent("""
+    import json, sys
+    import normkern
+    from numba.core.dispatcher import Dispatcher
+    from normkern import _cache
+
+    keys = {}
+    for name, module in sorted(sys.modules.items()):
+        for attr, value in sorted(vars(module).items()) if name.startswith("normkern") else ():
+            if isinstance(value, Dispatcher) and isinstance(value._cache, _cache.HelperKeyedCache):
+                keys[f"{name}.{attr}"] = repr(value._cache._index_key("sig", value.targetctx.codegen()))
+    print(json.dumps(keys))
+""")
+
+
+def test_every_kernel_has_the_same_cache_key_in_every_process():
+    """Numba keys a cached closure by its cell values' pickle, and a dispatcher's differs per process:
+    a kernel closing over one would compile in every process and never load."""
+    keys = [json.loads(subprocess.run([sys.executable, "-c", _KEYS], capture_output=True, text=True, check=True,
+                                      timeout=300).stdout) for _ in range(2)]
+    assert len(keys[0]) >= 40 and "normkern.ops.fast_batch_norm_backward.kernel.channels_training" in keys[0]
+    assert keys[0] == keys[1]
+
+
 def test_every_helper_a_kernel_compiles_in_is_in_the_key():
     """A helper module imported by a kernel module (``from ..._x import``) is part of the digest."""
     root = Path(normkern.__file__).parent

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from numba.core.dispatcher import Dispatcher
 
 import normkern
 import tiling
@@ -151,12 +152,38 @@ def test_the_sync_batch_norm_ops_plan_run_and_check_determinism(capsys, op, soc,
 def test_warmup_reports_each_kernel_call_and_refuses_unknown_ops(capsys):
     assert main(["warmup", "--ops", "batch_norm_stats", "--dtypes", "float32", "--socs", "host"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in out[:-1]] == ["[2/4] batch_norm_stats float32 host split_c",
-                                                          "[3/4] batch_norm_stats float32 host split_r",
-                                                          "[4/4] batch_norm_stats float32 host atomic"]
+    assert [line.split(":")[0] for line in out[:-1]] == ["[2/4] batch_norm_stats float32 host split_c 4x8x6x6",
+                                                          "[3/4] batch_norm_stats float32 host split_r 4x8x6x6",
+                                                          "[4/4] batch_norm_stats float32 host atomic 4x8x6x6"]
+    assert all(re.fullmatch(r".*: \d+\.\d\d s", line) for line in out[:-1])
     assert out[-1].startswith("warmed 3 kernel calls in ")
     assert main(["warmup", "--ops", "layer_norm"]) == 2
     assert "[warmup] op must be one of" in capsys.readouterr().err
+
+
+def test_warmup_runs_every_parallel_kernel_of_every_op(monkeypatch, capsys):
+    """Each op's warm-up calls (``OpRecord.warmup``) reach every parallel kernel of its kernel module, on the
+    host's plans and on A2's. The API calls them by module attribute (``_fork`` swaps them there), so a
+    recording stand-in set there sees each call."""
+    called = set()
+
+    def recording(key, kernel):
+        def record(*args):
+            called.add(key)
+            return kernel(*args)
+        return record
+
+    kernels = set()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("normkern.ops.") and name.endswith(".kernel"):
+            for attr, value in list(vars(module).items()):
+                if isinstance(value, Dispatcher) and value.targetoptions.get("parallel"):
+                    kernels.add((name, attr))
+                    monkeypatch.setattr(module, attr, recording((name, attr), value))
+    assert len(kernels) >= 10
+    assert main(["warmup", "--dtypes", "float32", "--socs", f"host,{tiling.DEFAULT_SOC}"]) == 0
+    assert "training=False" in capsys.readouterr().out
+    assert kernels - called == set()
 
 
 def test_run_says_its_first_call_compiles(capsys):

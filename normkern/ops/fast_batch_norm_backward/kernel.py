@@ -93,7 +93,7 @@ def _plane_passes(dy, x, dx, geo, c, first, last, mean, scale, weight, fuse_dx, 
 def _plane_channel(dy, x, dx, geo, c, first, count, mean, scale, weight, training, write_dx, n, acc_dy, acc_dyx):
     """A single-core job's channel when every pass is one whole plane: its two sums (``_plane_passes``), then
     (training) its dx, in one function: a short plane's channel costs less than the calls of the general
-    path (``_reduce_job``, ``_dx_job``), each of which passes every array again."""
+    path (the reduction job, ``_dx_job``), each of which passes every array again."""
     s_dy, s_dyx = _plane_passes(dy, x, dx, geo, c, first, first + count, mean, scale, weight,
                                 write_dx and not training, acc_dy, acc_dyx)
     if training and write_dx:
@@ -106,10 +106,12 @@ def _plane_channel(dy, x, dx, geo, c, first, count, mean, scale, weight, trainin
     return s_dy, s_dyx
 
 
-def _passes_reduction(max_group: int):
-    """``_reduce_job``, adding at most ``max_group`` equal passes in one sweep: two compiled functions
-    (``_reduce_swept``, ``_reduce_rows``), so that where the sweeps do not pay (float32 training) the
-    kernel carries none of their code, which also slowed its one-row path (docs/performance.md)."""
+def _passes_reduction(max_group: int, fuses: bool):
+    """The reduction job of a channel, adding at most ``max_group`` equal passes in one sweep, and with the
+    inference dx fused only if ``fuses``: three compiled functions (``_reduce_swept`` for inference,
+    ``_reduce_swept_training`` and ``_reduce_rows`` for training), so that a kernel carries only the code
+    its pass runs (where the sweeps do not pay, float32 training, their code also slowed the one-row path:
+    docs/performance.md)."""
 
     def reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
         """The two sums of channel ``c`` over blocks [first, first + count), in the plan's pass order;
@@ -152,12 +154,13 @@ def _passes_reduction(max_group: int):
                 x_row = row_view(x, row, hw_len)
                 part_dy = row_view(acc_dy, lo, hw_len)
                 part_dyx = row_view(acc_dyx, lo, hw_len)
-                if fuse_dx and group == 4:
-                    _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean, scale,
-                                     weight, is_first)
-                elif fuse_dx:
-                    _add_row_infer(part_dy, part_dyx, dy_row, x_row, row_view(dx, row, hw_len), mean, scale, weight,
-                                   is_first)
+                if fuses and fuse_dx:  # ``fuses`` False: the fused code is pruned before it compiles
+                    if group == 4:
+                        _fused_four_rows(dy, x, dx, geo, c, block, last, j, row, hw_len, acc_dy, acc_dyx, lo, mean,
+                                         scale, weight, is_first)
+                    else:
+                        _add_row_infer(part_dy, part_dyx, dy_row, x_row, row_view(dx, row, hw_len), mean, scale,
+                                       weight, is_first)
                 elif group > 1:  # the next passes add onto the same positions: all in one sweep
                     row_b, row_c, row_d = _following_rows(dy, geo, c, block, last, j)
                     if group == 4:
@@ -180,28 +183,23 @@ def _passes_reduction(max_group: int):
     return reduce_job
 
 
-_reduce_swept = njit(cache=True, error_model="numpy")(_passes_reduction(4))
-_reduce_rows = njit(cache=True, error_model="numpy")(_passes_reduction(1))
+_reduce_swept = njit(cache=True, error_model="numpy")(_passes_reduction(4, True))
+_reduce_swept_training = njit(cache=True, error_model="numpy")(_passes_reduction(4, False))
+_reduce_rows = njit(cache=True, error_model="numpy")(_passes_reduction(1, False))
 
 
-def _reduce_job(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
-    """The two sums of channel ``c`` over blocks [first, first + count) (compiled code only;
-    ``_reduce_job_overload`` picks the reduction per dtype)."""
-    raise NotImplementedError("_reduce_job is only available inside @njit code")
+def _reduce_training(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+    """The two sums of channel ``c`` over blocks [first, first + count) in a training call (compiled code
+    only; ``_reduce_training_overload`` picks the reduction per dtype)."""
+    raise NotImplementedError("_reduce_training is only available inside @njit code")
 
 
-@overload(_reduce_job, jit_options={"error_model": "numpy"})
-def _reduce_job_overload(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
-    """float32: the sweeps only for fused inference, training adds one row at a time (its long rows
-    gain nothing from them, and their code slows the one-row path); half dtypes: the sweeps always."""
-    if dy.dtype == types.float32:
-        def float32_reduce(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
-            if fuse_dx:
-                return _reduce_swept(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx)
-            return _reduce_rows(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx)
-
-        return float32_reduce
-    return lambda dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx: _reduce_swept(
+@overload(_reduce_training, jit_options={"error_model": "numpy"})
+def _reduce_training_overload(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
+    """float32 adds one row at a time (its rows gain nothing from the sweeps, and their code slows the
+    one-row path); half dtypes sweep."""
+    reduce_job = _reduce_rows if dy.dtype == types.float32 else _reduce_swept_training
+    return lambda dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx: reduce_job(
         dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx)
 
 
@@ -227,28 +225,8 @@ def _dx_factors(sum_dy, grad_weight, scale, count):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, grad_weight, grad_bias, stream):
-    """A core's single-core jobs: each channel reduced, finished and (training) its dx, while it is hot."""
-    acc_dy = np.empty(fold_capacity(args.fold_len), F32)
-    acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
-    fuse_dx = write_dx and not training
-    geo = _geometry(args)
-    for job in jobs:
-        first, count = args.job_block_start[job], args.job_block_count[job]
-        for c in range(args.job_channel_start[job], args.job_channel_start[job] + args.job_channel_count[job]):
-            s_dy, s_dyx = _reduce_job(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], fuse_dx,
-                                      acc_dy, acc_dyx)
-            gw = s_dyx * scale[c]
-            grad_bias[c] = s_dy
-            grad_weight[c] = gw
-            if training and write_dx:
-                shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
-                _dx_job(dy, x, dx, geo, c, first, count, mean[c], shift, k, scale[c], weight[c], stream)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
 def _whole_plane_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
-    """``_whole_jobs`` when every pass is one whole plane (``_plane_channel``)."""
+    """``whole_jobs`` (``_phase_kernel``) when every pass is one whole plane (``_plane_channel``)."""
     acc_dy = np.empty(fold_capacity(args.fold_len), F32)
     acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
     geo = _geometry(args)
@@ -261,57 +239,113 @@ def _whole_plane_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, writ
             grad_weight[c] = s_dyx * scale[c]
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _group(dy, x, dx, ws, args, lead, mean, scale, weight, training, write_dx, grad_weight, grad_bias, stream):
-    """One cross-core channel group: every member core's partials into its workspace slot, then (the
-    NPU's SyncAll) the slots added in core order, then each member's dx. Members are jobs
-    ``lead .. lead + size - 1`` (one job a core in these phases, sorted by core)."""
-    acc_dy = np.empty(fold_capacity(args.fold_len), F32)
-    acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
-    geo = _geometry(args)
-    size = args.job_group_size[lead]
-    first_slot = args.job_group_first[lead]
-    c = args.job_channel_start[lead]
-    fuse_dx = write_dx and not training
-    for job in range(lead, lead + size):
-        s_dy, s_dyx = _reduce_job(dy, x, dx, geo, c, args.job_block_start[job], args.job_block_count[job], mean[c],
-                                  scale[c], weight[c], fuse_dx, acc_dy, acc_dyx)
-        slot = first_slot + job - lead
-        ws[args.dbias_offset + slot * 8] = s_dy
-        ws[args.dweight_offset + slot * 8] = s_dyx
-    s_dy = F32(0.0)
-    s_dyx = F32(0.0)
-    for slot in range(first_slot, first_slot + size):
-        s_dy += ws[args.dbias_offset + slot * 8]
-    for slot in range(first_slot, first_slot + size):
-        s_dyx += ws[args.dweight_offset + slot * 8]
-    gw = s_dyx * scale[c]
-    grad_bias[c] = s_dy
-    grad_weight[c] = gw
-    if training and write_dx:
-        shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
+def _phase_bodies(inference: bool):
+    """The two bodies of a phase kernel for one pass (``_phase_kernel``): each calls one reduction (an
+    inference call sweeps, with the dx fused when it is asked for; a training call adds rows or sweeps by
+    dtype, ``_reduce_training``) and only training's call the dx jobs. ``inference`` is a closure constant
+    (a branch on it is pruned before it compiles), and the closure's only value, as ``_phase_kernel``'s."""
+
+    @njit(cache=True, inline="always", error_model="numpy")
+    def whole_jobs(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight, grad_bias, stream):
+        """A core's single-core jobs: each channel reduced, finished and (training) its dx, while it is hot."""
+        acc_dy = np.empty(fold_capacity(args.fold_len), F32)
+        acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
+        geo = _geometry(args)
+        for job in jobs:
+            first, count = args.job_block_start[job], args.job_block_count[job]
+            for c in range(args.job_channel_start[job], args.job_channel_start[job] + args.job_channel_count[job]):
+                if inference:
+                    s_dy, s_dyx = _reduce_swept(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c],
+                                                write_dx, acc_dy, acc_dyx)
+                else:
+                    s_dy, s_dyx = _reduce_training(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c],
+                                                   False, acc_dy, acc_dyx)
+                gw = s_dyx * scale[c]
+                grad_bias[c] = s_dy
+                grad_weight[c] = gw
+                if not inference and write_dx:
+                    shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
+                    _dx_job(dy, x, dx, geo, c, first, count, mean[c], shift, k, scale[c], weight[c], stream)
+
+    @njit(cache=True, inline="always", error_model="numpy")
+    def group(dy, x, dx, ws, args, lead, mean, scale, weight, write_dx, grad_weight, grad_bias, stream):
+        """One cross-core channel group: every member core's partials into its workspace slot, then (the
+        NPU's SyncAll) the slots added in core order, then each member's dx. Members are jobs
+        ``lead .. lead + size - 1`` (one job a core in these phases, sorted by core)."""
+        acc_dy = np.empty(fold_capacity(args.fold_len), F32)
+        acc_dyx = np.empty(fold_capacity(args.fold_len), F32)
+        geo = _geometry(args)
+        size = args.job_group_size[lead]
+        first_slot = args.job_group_first[lead]
+        c = args.job_channel_start[lead]
         for job in range(lead, lead + size):
-            _dx_job(dy, x, dx, geo, c, args.job_block_start[job], args.job_block_count[job], mean[c], shift, k,
-                    scale[c], weight[c], stream)
+            first, count = args.job_block_start[job], args.job_block_count[job]
+            if inference:
+                s_dy, s_dyx = _reduce_swept(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], write_dx,
+                                            acc_dy, acc_dyx)
+            else:
+                s_dy, s_dyx = _reduce_training(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], False,
+                                               acc_dy, acc_dyx)
+            slot = first_slot + job - lead
+            ws[args.dbias_offset + slot * 8] = s_dy
+            ws[args.dweight_offset + slot * 8] = s_dyx
+        s_dy = F32(0.0)
+        s_dyx = F32(0.0)
+        for slot in range(first_slot, first_slot + size):
+            s_dy += ws[args.dbias_offset + slot * 8]
+        for slot in range(first_slot, first_slot + size):
+            s_dyx += ws[args.dweight_offset + slot * 8]
+        gw = s_dyx * scale[c]
+        grad_bias[c] = s_dy
+        grad_weight[c] = gw
+        if not inference and write_dx:
+            shift, k = _dx_factors(s_dy, gw, scale[c], args.count)
+            for job in range(lead, lead + size):
+                _dx_job(dy, x, dx, geo, c, args.job_block_start[job], args.job_block_count[job], mean[c], shift, k,
+                        scale[c], weight[c], stream)
+
+    return whole_jobs, group
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def channels(dy, x, dx, ws, args, offsets, bounds, leads, mean, scale, weight, training, write_dx, grad_weight,
-             grad_bias, stream):
-    """One phase (core ``k``'s jobs are ``offsets[k]:offsets[k + 1]``). A single-core phase (no ``leads``) runs
-    thread by thread: thread ``t`` the jobs of cores [bounds[t], bounds[t + 1]) in core order (``_threads``;
-    a thread's cores are adjacent, so are their jobs). A cross-core phase runs group by group, ``leads``
-    their first jobs (each group on one thread: its members' partials, the combine, then their dx, while the
-    channel is in cache). One parallel loop for both kinds, its bodies inlined: a second parfor would compile
-    the reduction's callers again."""
-    items = bounds.shape[0] - 1 if leads.shape[0] == 0 else leads.shape[0]
-    for t in prange(items):
-        if leads.shape[0] == 0:
-            _whole_jobs(dy, x, dx, args, range(offsets[bounds[t]], offsets[bounds[t + 1]]), mean, scale, weight,
-                        training, write_dx, grad_weight, grad_bias, stream)
-        else:
-            _group(dy, x, dx, ws, args, leads[t], mean, scale, weight, training, write_dx, grad_weight, grad_bias,
-                   stream)
+_whole_jobs_training, _group_training = _phase_bodies(False)
+_whole_jobs_inference, _group_inference = _phase_bodies(True)
+
+
+def _phase_kernel(inference: bool):
+    """The parallel kernel of a phase for one pass (``channels_training``, ``channels_inference``). Its
+    closure holds only the flag: Numba's cache key holds the closure's values, and a dispatcher's pickle
+    differs from process to process (a closure over the bodies would never load from the cache)."""
+
+    def channels(dy, x, dx, ws, args, offsets, bounds, leads, mean, scale, weight, write_dx, grad_weight, grad_bias,
+                 stream):
+        """One phase (core ``k``'s jobs are ``offsets[k]:offsets[k + 1]``). A single-core phase (no ``leads``)
+        runs thread by thread: thread ``t`` the jobs of cores [bounds[t], bounds[t + 1]) in core order
+        (``_threads``; a thread's cores are adjacent, so are their jobs). A cross-core phase runs group by
+        group, ``leads`` their first jobs (each group on one thread: its members' partials, the combine, then
+        their dx, while the channel is in cache). One parallel loop for both kinds, its bodies inlined: a
+        second parfor would compile the reduction's callers again."""
+        items = bounds.shape[0] - 1 if leads.shape[0] == 0 else leads.shape[0]
+        for t in prange(items):
+            if leads.shape[0] == 0:
+                jobs = range(offsets[bounds[t]], offsets[bounds[t + 1]])
+                if inference:  # a closure constant: the other pass's branch is pruned before it compiles
+                    _whole_jobs_inference(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight,
+                                          grad_bias, stream)
+                else:
+                    _whole_jobs_training(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight,
+                                         grad_bias, stream)
+            elif inference:
+                _group_inference(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight,
+                                 grad_bias, stream)
+            else:
+                _group_training(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight, grad_bias,
+                                stream)
+
+    return njit(parallel=True, cache=True, error_model="numpy")(channels)
+
+
+channels_training = _phase_kernel(False)
+channels_inference = _phase_kernel(True)
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
@@ -341,9 +375,10 @@ def backward(kernels, leads, dy, x, dx, ws, args, spans, mean, scale, weight, tr
 
     ``grad_weight`` / ``grad_bias`` are float32 (C,); ``write_dx`` False leaves ``dx`` untouched;
     ``stream`` writes the training dx with streaming stores (``_dx_job_streamed``), a hint: the same bits.
-    The single-core phases of a one-plane plan run ``whole_planes``, every other phase ``channels``: a call
-    compiles only the kernels its plan uses. The additions are the plan's either way: every member's partial
-    is its own blocks in its own order, and a group's slots are added in core order.
+    The single-core phases of a one-plane plan run ``whole_planes``, every other phase ``channels_training``
+    or ``channels_inference``: a call compiles only the kernels its plan and its pass use. The additions are
+    the plan's either way: every member's partial is its own blocks in its own order, and a group's slots are
+    added in core order.
     """
     planes = args.split_hw and args.hw_blocks == 1
     for phase, phase_leads in enumerate(leads):
@@ -352,5 +387,6 @@ def backward(kernels, leads, dy, x, dx, ws, args, spans, mean, scale, weight, tr
             kernels.whole_planes(dy, x, dx, args, offsets, spans[phase], mean, scale, weight, training, write_dx,
                                  grad_weight, grad_bias)
         else:
-            kernels.channels(dy, x, dx, ws, args, offsets, spans[phase], phase_leads, mean, scale, weight, training,
-                             write_dx, grad_weight, grad_bias, stream)
+            channels = kernels.channels_training if training else kernels.channels_inference
+            channels(dy, x, dx, ws, args, offsets, spans[phase], phase_leads, mean, scale, weight, write_dx,
+                     grad_weight, grad_bias, stream)

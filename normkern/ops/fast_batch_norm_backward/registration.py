@@ -66,4 +66,8 @@ RECORD = register(OpRecord(
     reference=_reference, example=_example,
     bytes_moved=lambda kw: bytes_moved(kw["input"].shape, kw["input"].dtype),
     options=(Option("--inference", "training", dict(action="store_false", help="run with training=False")),),
+    # training and inference compile apart; on the host, planes of up to HOST_PLANE_PASS_MAX elements run
+    # their own kernel (``whole_planes``), longer ones the general one
+    warmup=tuple((shape, {"training": training}) for shape in ((4, 8, 6, 6), (2, 4, 40, 40))
+                 for training in (True, False)),
 ))
