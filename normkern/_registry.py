@@ -58,6 +58,9 @@ class OpRecord:
     #: The calls ``normkern warmup`` makes (``(shape, options)``, each under every strategy): together they
     #: run each of the op's parallel kernels, so that a warmed cache holds every kernel a call may need.
     warmup: tuple[tuple[tuple[int, ...], dict], ...] = (((4, 8, 6, 6), {}),)
+    #: ``arrival(plan, seed)``: the orders an atomic plan's partials are added in, one row per sum (ops
+    #: with atomic plans), drawn as the plan picture's example.
+    arrival: Callable | None = None
 
     @property
     def aclnn(self) -> str:

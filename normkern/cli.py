@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -74,6 +75,14 @@ def _cmd_plan(args) -> int:
     plan = record.plan_shape(_shape(record, args.shape), args.dtype, args.soc, args.strategy,
                              **_options(record, args))
     print(plan.to_json() if args.json else plan.explain())
+    if args.svg:
+        # an atomic plan's picture shows the first sum's arrival order of seed 0 (what `run` replays)
+        arrival = record.arrival(plan, 0)[0] if record.arrival and not plan.deterministic else None
+        try:
+            Path(args.svg).write_text(plan.to_svg(arrival))
+        except OSError as error:
+            raise UsageError(f"[{record.name}] --svg cannot write {args.svg!r}: {error.strerror}") from None
+        print(f"[{record.name}] wrote the plan's picture to {args.svg}", file=sys.stderr)
     return 0
 
 
@@ -266,6 +275,9 @@ def _parser() -> argparse.ArgumentParser:
                          "of that NPU, not of this CPU")
         cmd.add_argument("--strategy", default=None, help=f"force a strategy{several}: {strategies}")
         cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "plan":
+            cmd.add_argument("--svg", metavar="FILE", help="also draw the plan as an SVG picture: each core's share "
+                             "of the index space and its UB blocks, the reduction tree, the workspace")
         for record in records:
             for option in record.options:
                 cmd.add_argument(option.flag, dest=option.dest,

@@ -33,7 +33,8 @@ def test_the_readme_is_for_users_and_short():
     assert len(README.splitlines()) <= 300
 
 
-def test_every_python_block_runs_in_order(capsys):
+def test_every_python_block_runs_in_order(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the files the tour writes
     namespace: dict = {}
     blocks = _blocks("python")
     assert len(blocks) >= 5
@@ -48,7 +49,8 @@ def _commands() -> list[str]:
 
 
 @pytest.mark.parametrize("command", _commands())
-def test_every_example_command_runs(command, capsys):
+def test_every_example_command_runs(command, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the files the commands write
     assert main(shlex.split(command)[1:]) == 0
     output = capsys.readouterr().out
     if "--check" in command:

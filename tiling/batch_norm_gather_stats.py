@@ -245,6 +245,9 @@ class GatherStatsPlan(Plan):
             if region.shape != (self.core_split.parts + 2, self.partial_pitch) or self.partial_pitch < self.c:
                 raise ValueError("workspace cannot hold one partial row per block plus two")
 
+    def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        return ("", 1), ("devices" if self.strategy in FIRST_AXIS else "channels", self.core_split.total)
+
     def tiling_data_class(self) -> type[TilingData]:
         return TILING_DATA[self.strategy]
 

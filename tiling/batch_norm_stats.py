@@ -48,6 +48,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import DTYPE_BYTES, SocSpec, get_soc
@@ -191,6 +192,24 @@ class BatchNormStatsPlan(Plan):
             for name in self.partial_regions:
                 if self.workspace.region(name).shape != (self.block_dim, self.c):
                     raise ValueError(f"workspace region {name} must hold ({self.block_dim}, {self.c}) partials")
+
+    def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        return ("channels", self.c), ("rows of a channel", self.rows_per_channel)
+
+    def shares(self) -> tuple[Share, ...]:
+        """split_c: a core's channels, every row; split_r and atomic: a core's rows of every channel. UB blocks
+        of ``rows_per_block`` rows from the start of the core's rows."""
+        shares = []
+        for core, (start, count) in enumerate(self.core_split.ranges()):
+            if not count:
+                continue
+            if self.strategy.value == "split_c":
+                rows, cols = (start, start + count), (0, self.rows_per_channel)
+            else:
+                rows, cols = (0, self.c), (start, start + count)
+            edges = tuple(range(cols[0] + self.rows_per_block, cols[1], self.rows_per_block))
+            shares.append(Share(core, 0, rows, cols, edges))
+        return tuple(shares)
 
     @property
     def ub_bytes_used(self) -> int:

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .batch_norm_stats import check_shape
+from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, ReduceLevel, ReductionTree
 from .soc import A2_A3, ASCEND950, ATLAS_TRAINING, DTYPE_BYTES, SocSpec, get_soc
@@ -97,6 +98,16 @@ class ElementwisePlan(Plan):
     def ub_bytes_used(self) -> int:
         """UB bytes one block occupies [bytes]"""
         return self.ub_former * self.bytes_per_elem + RESERVE_BYTES if self.ub_former else 0
+
+    def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        return ("", 1), ("elements", self.elems)
+
+    def shares(self) -> tuple[Share, ...]:
+        ranges = self.core_split.ranges()
+        return tuple(Share(core, 0, (0, 1), (start, start + count),
+                           tuple(start + s for s in (self.tail_block_split if core == len(ranges) - 1
+                                                     else self.block_split).starts()[1:]))
+                     for core, (start, count) in enumerate(ranges) if count)
 
     def summary_ub(self) -> str:
         return f"{self.ub_former} {self.dtype}/block"

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import HOST, SocSpec, get_soc
@@ -453,6 +454,20 @@ class FastBatchNormBackwardPlan(Plan):
             parts.append(f"{PHASE_NAMES[phase]}: {channels} ch on {len({j.core for j in jobs})} cores"
                          + (f" (groups of {'/'.join(map(str, sizes))})" if sizes != [1] else ""))
         return "; ".join(parts)
+
+    def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        return ("channels", self.a), ("blocks of a channel", self.blocks_per_channel)
+
+    def phase_name(self, phase: int) -> str:
+        return PHASE_NAMES[phase]
+
+    def shares(self) -> tuple[Share, ...]:
+        """Each job: its channels x its blocks, a UB pass every ``pass_step`` blocks from its first."""
+        step = pass_step(self.passes) if self.strategy is not S.EMPTY else 1
+        return tuple(Share(job.core, job.phase, (job.channel_start, job.channel_start + job.channel_count),
+                           (job.block_start, job.block_start + job.block_count),
+                           tuple(range(job.block_start + step, job.block_start + job.block_count, step)))
+                     for job in self.jobs())
 
     def jobs(self) -> tuple[Job, ...]:
         """Every core's work, phase by phase (phases are separated by a SyncAll)."""

@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import DTYPE_BYTES, SocSpec, get_soc
@@ -285,6 +286,25 @@ class GroupNormBackwardPlan(Plan):
             halves = 2 if self.out_dtype == "float32" else 1
             if halves * td["stage2CoreUsed"] > self.block_dim:
                 raise ValueError("stage 2 needs more cores than the plan launches")
+
+    def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        return ("tasks (n, g)", self.n * self.g), ("elements of a task", self.c_g * self.hxw)
+
+    def shares(self) -> tuple[Share, ...]:
+        """A core's tasks, every element of each; its stage-1 UB blocks by mode: a whole group (0), channels
+        (1, 2: ``mode1_ub_cap_C_num`` at a time) or HxW chunks of each channel (3)."""
+        if self.strategy is S.EMPTY:
+            return ()
+        td, width = self.tiling_data, self.c_g * self.hxw
+        if self.mode in (MODE_1, MODE_2):
+            edges = tuple(range(td["mode1_ub_cap_C_num"] * self.hxw, width, td["mode1_ub_cap_C_num"] * self.hxw))
+        elif self.mode == MODE_3:
+            cap = td["mode2_ub_capacity_ele"]
+            edges = tuple(sorted({c * self.hxw + k for c in range(self.c_g) for k in range(0, self.hxw, cap)} - {0}))
+        else:
+            edges = ()
+        return tuple(Share(core, 0, (start, start + count), (0, width), edges)
+                     for core, (start, count) in enumerate(self.core_split.ranges()) if count)
 
     def tiling_data_class(self) -> type[TilingData]:
         return GroupNormGradTilingData

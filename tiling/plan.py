@@ -18,6 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from .codec import from_data, to_data
+from .picture import Share, plan_svg
 from .reduction import ReductionTree
 from .soc import SocSpec
 from .split import Split
@@ -190,6 +191,27 @@ class Plan:
         for name, value, meaning in rows:
             lines.append(f"{name:<{widths[0]}}  {value:<{widths[1]}}  {meaning}".rstrip())
         return "\n".join(lines)
+
+    def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        """The two axes of the problem's index space the picture draws, ``((name, extent), (name, extent))``;
+        the rows axis of a one-axis plan has extent 1."""
+        return ("", 1), ("items", self.core_split.total)
+
+    def shares(self) -> tuple[Share, ...]:
+        """Each core's part of the index space (``index_axes``), with its UB blocks: by default its range of
+        the core split along the columns, no blocks."""
+        return tuple(Share(core, 0, (0, 1), (start, start + count))
+                     for core, (start, count) in enumerate(self.core_split.ranges()) if count)
+
+    def phase_name(self, phase: int) -> str:
+        """What the picture calls a phase of ``shares()`` (plans whose cores meet at a SyncAll have several)."""
+        return f"phase {phase}"
+
+    def to_svg(self, arrival=None) -> str:
+        """The plan as an SVG picture (``tiling.picture``): the index space with each core's share and its
+        UB blocks, the reduction tree (``arrival``: an example arrival order of an atomic level), the
+        workspace regions, and a legend."""
+        return plan_svg(self, arrival)
 
     def to_json(self, indent: int | None = 2) -> str:
         payload = {"schema_version": SCHEMA_VERSION, "op": self.op, "plan": to_data(self)}

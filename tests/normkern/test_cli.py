@@ -2,6 +2,8 @@ import json
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from numba.core.dispatcher import Dispatcher
@@ -147,6 +149,50 @@ def test_the_sync_batch_norm_ops_plan_run_and_check_determinism(capsys, op, soc,
     assert errors and max(errors) < 1e-5
     assert main(["determinism", op, "--shape", "3,5,7,9", "--soc", soc, "--runs", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["deterministic"] is True
+
+
+#: The plan pictures docs/design.md shows, and the commands that draw them.
+DOC_PICTURES = {
+    "batch_norm_stats_split_c.svg": ["plan", "batch_norm_stats", "--shape", "32,64,56,56"],
+    "fast_batch_norm_backward_cross_core.svg": ["plan", "fast_batch_norm_backward", "--shape", "32,256,56,56",
+                                                "--dtype", "float16"],
+}
+
+
+@pytest.mark.parametrize(("args", "head"), [
+    (["batch_norm_stats", "--shape", "32,64,56,56"], "batch_norm_stats [split_c] on Ascend910B2"),
+    (["fast_batch_norm_backward", "--shape", "32,256,56,56", "--dtype", "float16"],
+     "fast_batch_norm_backward [split_load_cross_core] on Ascend910B2"),
+    (["group_norm_backward", "--shape", "8,256,56,56", "--group", "32", "--strategy", "atomic"],
+     "group_norm_backward [atomic] on Ascend910B2"),
+    (["group_norm_backward", "--shape", "8,64,14,14", "--group", "8", "--soc", "host"],
+     "group_norm_backward [cann] on host"),
+])
+def test_plan_draws_its_picture(tmp_path, capsys, args, head):
+    path = tmp_path / "plan.svg"
+    assert main(["plan", *args, "--svg", str(path)]) == 0
+    assert f"wrote the plan's picture to {path}" in capsys.readouterr().err
+    root = ET.fromstring(path.read_text())
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert texts[0].startswith(head + " (")
+    shares = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "share"]
+    assert shares
+    if "atomic" in args:  # the first group's arrival order of seed 0, as `run` replays it
+        order = normkern.ops.group_norm_backward.api.arrival_order(
+            tiling.plan_group_norm_backward(8, 256, 3136, 32, "float32", tiling.DEFAULT_SOC, "atomic"), 0)[0]
+        assert f"arrival e.g. {', '.join(map(str, order))}" in texts
+
+
+def test_plan_svg_to_a_path_that_cannot_be_written_is_one_error_line(tmp_path, capsys):
+    assert main(["plan", "batch_norm_stats", "--shape", "4,8,3", "--svg", str(tmp_path / "no" / "a.svg")]) == 2
+    assert "[batch_norm_stats] --svg cannot write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", DOC_PICTURES)
+def test_the_docs_pictures_are_what_their_commands_draw(tmp_path, name):
+    assert main([*DOC_PICTURES[name], "--svg", str(tmp_path / name)]) == 0
+    committed = Path(__file__).resolve().parents[2] / "docs" / "images" / name
+    assert committed.read_text() == (tmp_path / name).read_text(), f"redraw {name} (docs/design.md says how)"
 
 
 def test_warmup_reports_each_kernel_call_and_refuses_unknown_ops(capsys):

@@ -52,5 +52,5 @@ RECORD = register(OpRecord(
     reference=lambda kw: batch_norm_backward_reduce_reference(kw["grad_out"], kw["input"], kw["mean"],
                                                               kw["invstd"]),
     example=_example,
-    bytes_moved=lambda kw: bytes_moved(kw["input"].shape, np.asarray(kw["input"]).dtype),
+    bytes_moved=lambda kw: bytes_moved(kw["input"].shape, np.asarray(kw["input"]).dtype), arrival=arrival_order,
 ))

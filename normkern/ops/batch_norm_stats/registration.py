@@ -34,5 +34,5 @@ RECORD = register(OpRecord(
     plan=_plan, plan_shape=tiling.plan_batch_norm_stats,
     simulate=_simulate, reference=lambda kw: batch_norm_stats_reference(kw["input"], kw["eps"]),
     example=lambda shape, dtype, rng, *, eps: {"input": activations(rng, shape, dtype), "eps": eps},
-    bytes_moved=lambda kw: bytes_moved(kw["input"].shape, kw["input"].dtype),
+    bytes_moved=lambda kw: bytes_moved(kw["input"].shape, kw["input"].dtype), arrival=arrival_order,
 ))

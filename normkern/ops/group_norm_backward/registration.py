@@ -69,5 +69,5 @@ RECORD = register(OpRecord(
     bytes_moved=lambda kw: bytes_moved(kw["N"], kw["C"], kw["HxW"], kw["input"].dtype),
     shape_help="N,C[,spatial...], the input's shape, with --group", shape_ranks=(2, 8),
     options=(Option("--group", "group", dict(type=int, default=1, help="the number of groups (default 1)")),),
-    warmup=(((4, 8, 6, 6), {"group": 2}),),
+    warmup=(((4, 8, 6, 6), {"group": 2}),), arrival=arrival_order,
 ))
