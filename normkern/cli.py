@@ -15,6 +15,7 @@ import numpy as np
 import tiling
 
 from . import _registry
+from ._progress import progress
 from .errors import NormkernError
 
 
@@ -157,6 +158,31 @@ def _cmd_determinism(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    """Every strategy asked, timed, checked against float64 and (atomic plans) replayed; a table, a JSON file."""
+    from .benchmark import plot, run_bench
+
+    record = _registry.get(args.op)
+    if args.repeat < 3 or args.arrival_orders < 1:
+        raise UsageError(f"[{record.name}] --repeat must be at least 3 and --arrival-orders at least 1, got "
+                         f"{args.repeat} and {args.arrival_orders}")
+    strategies = None if args.strategy is None else \
+        [None if s == "default" else s for s in _split(args.strategy)]
+    report = run_bench(record.name, _shape(record, args.shape), args.dtype, socs=_split(args.soc),
+                       strategies=strategies, repeat=args.repeat, arrival_orders=args.arrival_orders,
+                       seed=args.seed, eps=args.eps, options=_options(record, args), show_progress=True)
+    out = args.out or f"normkern-bench-{record.name}.json"
+    try:
+        Path(out).write_text(report.to_json())
+        if args.plot:
+            plot(report, args.plot)
+    except OSError as error:
+        raise UsageError(f"[{record.name}] cannot write {error.filename!r}: {error.strerror}") from None
+    print(report.to_json() if args.json else report.table())
+    print(f"[{record.name}] wrote {out}" + (f" and {args.plot}" if args.plot else ""), file=sys.stderr)
+    return 0
+
+
 def _print_table(rows) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -185,7 +211,7 @@ def _cmd_warmup(args) -> int:
             for strategy in _registry.get(name).strategies]
     start = time.perf_counter()
     done = 0
-    with _progress(len(jobs)) as bar:
+    with progress(len(jobs)) as bar:
         for i, (name, dtype, soc, strategy, shape, options) in enumerate(jobs, 1):
             what = " ".join([name, dtype, soc, strategy.value, "x".join(map(str, shape)),
                              *(f"{key}={value}" for key, value in options.items())])
@@ -203,35 +229,6 @@ def _cmd_warmup(args) -> int:
     print(f"warmed {done} kernel calls in {time.perf_counter() - start:.1f} s (Numba cache: "
           f"{os.environ.get('NUMBA_CACHE_DIR') or 'beside the sources'})")
     return 0
-
-
-class _Lines:
-    """The part of tqdm's interface ``_cmd_warmup`` uses, without a bar (tqdm is not installed)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def set_description_str(self, text: str) -> None:
-        pass
-
-    def update(self) -> None:
-        pass
-
-    @staticmethod
-    def write(line: str, file) -> None:
-        print(line, file=file, flush=True)
-
-
-def _progress(total: int):
-    """A progress bar on stderr (``tqdm``, the ``progress`` extra; shown on a terminal only), or ``_Lines``."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _Lines()
-    return tqdm(total=total, unit="call", disable=None, file=sys.stderr, dynamic_ncols=True)
 
 
 def _split(text: str) -> list[str]:
@@ -261,8 +258,9 @@ def _parser() -> argparse.ArgumentParser:
     strategies = "; ".join(f"{r.name}: {', '.join(s.value for s in r.strategies)}" for r in records)
     for name, func, helptext in (("plan", _cmd_plan, "print the tiling plan of an op"),
                                  ("run", _cmd_run, "run an op on seeded random data and check it"),
-                                 ("determinism", _cmd_determinism, "run an op repeatedly and compare the bits")):
-        several = " (several, comma-separated)" if name == "determinism" else ""
+                                 ("determinism", _cmd_determinism, "run an op repeatedly and compare the bits"),
+                                 ("bench", _cmd_bench, "time every strategy of an op, with its error and spread")):
+        several = " (several, comma-separated)" if name in ("determinism", "bench") else ""
         cmd = sub.add_parser(name, help=helptext, description=helptext)
         cmd.add_argument("op", choices=[r.name for r in records])
         default_shape = _registry.OpRecord.shape_help
@@ -282,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
             for option in record.options:
                 cmd.add_argument(option.flag, dest=option.dest,
                                  **{**option.kwargs, "help": f"{record.name}: {option.kwargs['help']}"})
-        if name in ("run", "determinism"):
+        if name in ("run", "determinism", "bench"):
             cmd.add_argument("--eps", type=float, default=1e-5, help="default 1e-5")
             cmd.add_argument("--seed", type=int, default=0, help="the seed of the random inputs (default 0)")
         if name == "determinism":
@@ -290,6 +288,12 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2 (default)")
             cmd.add_argument("--arrival-orders", type=int, default=None,
                              help="cycle through this many seeded arrival orders (default: a fresh one per run)")
+        if name == "bench":
+            cmd.add_argument("--repeat", type=int, default=15, help="timed calls per strategy (default 15)")
+            cmd.add_argument("--arrival-orders", type=int, default=20,
+                             help="seeded arrival orders an atomic plan is replayed over (default 20)")
+            cmd.add_argument("--out", metavar="FILE", help="the JSON report (default normkern-bench-OP.json)")
+            cmd.add_argument("--plot", metavar="FILE", help="time against error per strategy (the plot extra)")
         if name == "run":
             cmd.add_argument("--repeat", type=int, default=10, help="timed calls after the first (default 10)")
             cmd.add_argument("--check", action="store_true", help="also compare with the plan simulator bit for bit")
