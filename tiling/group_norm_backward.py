@@ -30,7 +30,11 @@ A task is one ``(n, g)`` pair (``NxG`` of them), ``C_G = C / G`` channels of ``H
 
 Deviations, each where the A2 code cannot be followed: on a one-core SoC an fp32 N > 2 plan would
 need ``castEleNum = Ceil(DivCeil(C, 0), 64) = 0`` and is refused (never on A2: ``coreNumUsed >= 3``
-whenever N > 2); the Ascend950 (arch35) tiling is a different code base and is not modeled.
+whenever N > 2). Atlas training (Ascend910) and Ascend950 get ``"modeled"`` plans from the same code with
+their own figures (cores, UB, system workspace): on Atlas training the op_api composes closed TBE ops
+(BatchNorm training grads on ``(1, N*G, -1)`` and ReduceSums) instead of GroupNormGrad, and the 950's
+public arch35 tiling (binary-add sums, its small-NG full-load and recompute templates) is a different
+code base, not reproduced yet.
 """
 
 from __future__ import annotations

@@ -88,8 +88,10 @@ _TABLE: dict[tuple[str, str], Support] = {
         HOST: (ALL, "modeled", "the BatchNormGradV3 templates with the CPU's figures")}),
     **_rows("group_norm_backward", {
         A2_A3: (ALL, "cann-ops-nn", "GroupNormGrad"),
-        ATLAS_TRAINING: (NO_BF16, None, "GroupNormGrad runs as its AscendC kernel only on Atlas A2/A3"),
-        ASCEND950: (ALL, None, "the Ascend950 (arch35) GroupNormGrad tiling is not modeled", True),
+        ATLAS_TRAINING: (NO_BF16, "modeled", "the op_api composes closed TBE ops there; planned with the A2 "
+                         "GroupNormGrad templates and this SoC's figures"),
+        ASCEND950: (ALL, "modeled", "the A2 GroupNormGrad templates with the 950's figures; its public arch35 "
+                    "tiling is not reproduced yet", True),
         HOST: (ALL, "modeled", "the GroupNormGrad tiling with the CPU's figures", True)}),
     **_rows("batch_norm_elemt", {
         A2_A3: (ALL, "modeled", "op_api over the closed TBE BatchNorm inference kernel"),

@@ -183,6 +183,14 @@ def test_plan_draws_its_picture(tmp_path, capsys, args, head):
         assert f"arrival e.g. {', '.join(map(str, order))}" in texts
 
 
+@pytest.mark.parametrize("soc", ["Ascend950", "Ascend910"])
+def test_group_norm_backward_plans_on_atlas_training_and_950(soc, capsys):
+    assert main(["plan", "group_norm_backward", "--shape", "8,64,14,14", "--group", "8", "--soc", soc]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"group_norm_backward[cann] {soc} cores=")
+    assert re.search(r"^source +modeled ", out, re.M)
+
+
 def test_plan_svg_to_a_path_that_cannot_be_written_is_one_error_line(tmp_path, capsys):
     assert main(["plan", "batch_norm_stats", "--shape", "4,8,3", "--svg", str(tmp_path / "no" / "a.svg")]) == 2
     assert "[batch_norm_stats] --svg cannot write" in capsys.readouterr().err

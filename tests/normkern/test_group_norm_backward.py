@@ -146,6 +146,19 @@ def test_real_socs_match_simulator_and_reference(soc, dims):
     assert_close_to_reference(inputs, got, *dims)
 
 
+@pytest.mark.parametrize(("soc", "dtype", "out_dtype"), [
+    ("Ascend950", "float32", None), ("Ascend950", "bfloat16", "float32"), ("Ascend950", "float16", None),
+    ("Ascend910", "float32", None), ("Ascend910", "float16", None)])
+def test_atlas_training_and_950_plans_run_as_their_simulator(soc, dtype, out_dtype):
+    for dims in ((12, 64, 196, 32), (3, 16, 1000, 4)):
+        plan, inputs, got, expected = run_both(*dims, dtype, soc, seed=4, out_dtype=out_dtype)
+        assert plan.soc.name == soc and plan.source == "modeled"
+        for a, b in zip(got, expected, strict=True):
+            assert np.array_equal(bits(a), bits(b)), str(plan)
+        if dtype == "float32":
+            assert_close_to_reference(inputs, got, *dims)
+
+
 def test_mixed_precision_on_host_takes_mean_dtype_for_the_gradients():
     plan, inputs, got, expected = run_both(5, 8, 40, 2, "bfloat16", "host", out_dtype="float32")
     assert got[0].dtype == DTYPES["bfloat16"] and got[1].dtype == got[2].dtype == np.float32

@@ -6,7 +6,7 @@ import pytest
 import normkern
 from normkern import aclnn
 
-from .conftest import bits
+from .conftest import DTYPES, bits
 from .test_group_norm_backward import SMALL, make_problem
 
 F32, F64 = np.float32, np.float64
@@ -71,14 +71,34 @@ def test_a2_limits_apply_only_on_a2():
     assert status == 161002 and aclnn.aclGetRecentErrMsg() == P + "C must not exceed 240000 on Ascend910B2, got 240001"
 
 
-@pytest.mark.parametrize("soc, status, text", [
-    ("Ascend310P3", 561003, "soc must support aclnnGroupNormBackward (CANN has no kernel for Atlas inference)"),
-    ("Ascend950", 561002, "the Ascend950 (arch35) GroupNormGrad tiling is not modeled"),
-    ("Ascend910", 561002, "GroupNormGrad runs as its AscendC kernel only on Atlas A2/A3"),
+def test_atlas_inference_has_no_kernel():
+    got, _, _ = aclnn.aclnnGroupNormBackwardGetWorkspaceSize(*_args(), soc="Ascend310P3")
+    assert got == 561003
+    assert "soc must support aclnnGroupNormBackward (CANN has no kernel for Atlas inference)" in \
+        aclnn.aclGetRecentErrMsg()
+
+
+@pytest.mark.parametrize(("soc", "dtype", "stats", "status", "text"), [
+    ("Ascend910", "bfloat16", "bfloat16", 161002, "dtype must be one of float32, float16 on Ascend910"),
+    ("Ascend910", "float16", "float32", 161002, "mean dtype must be float16 (as gradOut), got float32"),
+    ("Ascend950", "float32", "float16", 161002, "mean dtype must be one of float32 beside a float32 gradOut, got "
+                                                "float16"),
+    ("Ascend950", "bfloat16", "float32", 0, ""),
+    ("Ascend950", "float16", "float32", 0, ""),
+    ("Ascend910", "float16", "float16", 0, ""),
 ])
-def test_socs_without_a_model(soc, status, text):
-    got, _, _ = aclnn.aclnnGroupNormBackwardGetWorkspaceSize(*_args(), soc=soc)
-    assert got == status and text in aclnn.aclGetRecentErrMsg()
+def test_the_product_dtype_rules_of_atlas_training_and_950(soc, dtype, stats, status, text):
+    """Atlas training: no bfloat16, mean in the data's dtype; 950: the pairs (f32, f32), (f16, f16), (f16, f32),
+    (bf16, bf16), (bf16, f32) of the seed's table."""
+    dy, x, mean, rstd, gamma = make_problem(3, 4, 6, 2, dtype)
+    cast = DTYPES[stats]
+    got, _, _ = aclnn.aclnnGroupNormBackwardGetWorkspaceSize(
+        dy, x, mean.astype(np.float32).astype(cast), rstd.astype(np.float32).astype(cast),
+        gamma.astype(np.float32).astype(cast), 3, 4, 6, 2, (True, True, True), np.empty_like(x),
+        np.empty(4, cast), np.empty(4, cast), soc=soc)
+    message = aclnn.aclGetRecentErrMsg() or ""
+    assert got == status, message
+    assert text in message
 
 
 def test_empty_input_succeeds_after_the_checks_with_no_workspace():

@@ -83,9 +83,19 @@ def test_keys_dtypes_and_strategies():
     assert str(atomic).endswith("non-deterministic")
 
 
+def test_atlas_training_and_950_get_modeled_plans_with_their_figures():
+    for soc, cores, system in (("Ascend950", 64, 16 << 20), ("Ascend910", 32, 2 << 20)):
+        plan = plan_group_norm_backward(8, 64, 196, 8, "float16", soc)
+        assert plan.source == "modeled" and plan.tiling_key is None and plan.soc.name == soc
+        assert plan.block_dim == min(cores, 8 * 8) and plan.workspace.system_bytes == system
+        assert plan.tiling_data["NXG"] == 64 and plan.deterministic
+    with pytest.raises(TilingError, match="dtype must be one of float32, float16 on Ascend910"):
+        plan_group_norm_backward(8, 64, 196, 8, "bfloat16", "Ascend910")
+    assert plan_group_norm_backward(8, 64, 196, 8, "bfloat16", "Ascend950", out_dtype="float32").out_dtype == \
+        "float32"
+
+
 def test_refusals():
-    with pytest.raises(TilingError, match="Ascend950 \\(arch35\\) GroupNormGrad tiling is not modeled"):
-        plan_group_norm_backward(3, 8, 64, 2, "float32", "Ascend950")
     with pytest.raises(TilingError, match="channelPerGroup 8001 is over the operator's carrying capacity 8000"):
         plan_group_norm_backward(2, 8001, 4, 1, "float32", "host")
     one_core = dataclasses.replace(get_soc("host"), vector_cores=1)
