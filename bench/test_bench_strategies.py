@@ -8,6 +8,7 @@ import pytest
 
 import tiling
 from normkern import _registry
+from normkern.benchmark import max_error
 from normkern.examples import example_inputs
 
 from .conftest import median_seconds, record
@@ -22,17 +23,6 @@ CASES = [
     ("group_norm_backward", (8, 256, 56, 56), {"group": 32}),
 ]
 SOCS = {"batch_norm_gather_stats_with_counts": ("Ascend950", "host")}
-
-
-def _error(outputs, reference) -> float:
-    worst = 0.0
-    for got, want in zip(outputs, reference, strict=False):
-        if got is None or want is None:
-            continue
-        want = np.asarray(want, np.float64)
-        scale = np.nanmax(np.abs(want), initial=0.0) or 1.0
-        worst = max(worst, float(np.nanmax(np.abs(np.asarray(got, np.float64) - want), initial=0.0) / scale))
-    return worst
 
 
 @pytest.mark.parametrize("op, shape, extra", CASES, ids=lambda v: "x".join(map(str, v))
@@ -55,7 +45,7 @@ def test_strategies_and_plans(environment, op, shape, extra):
             outputs = call(**args, soc=soc, strategy=strategy, **seeded)
             med, iqr = median_seconds(lambda soc=soc, strategy=strategy, args=args: call(
                 **args, soc=soc, strategy=strategy, **seeded), rounds=7, warmup=1)
-            error = _error(outputs, reference)
+            error = max_error(outputs, reference)
             record({"op": op, "shape": "x".join(map(str, shape)), "soc": soc, "strategy": strategy,
                     "ms": round(med * 1e3, 3), "iqr_ms": round(iqr * 1e3, 3), "rel_error": float(f"{error:.2e}"),
                     "deterministic": plan.deterministic, "plan": str(plan)})

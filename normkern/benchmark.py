@@ -134,7 +134,7 @@ def _fresh(kw: dict, updated: tuple[str, ...]) -> dict:
     return {k: (v.copy() if k in updated and isinstance(v, np.ndarray) else v) for k, v in kw.items()}
 
 
-def _error(outputs, reference) -> float:
+def max_error(outputs, reference) -> float:
     """The largest error of any output against its float64 reference, relative to the reference's max."""
     worst = 0.0
     for got, want in zip(outputs, reference, strict=True):
@@ -181,7 +181,7 @@ def run_bench(op: str, shape, dtype: str = "float32", *, socs=(None,), strategie
                 bar.update()
                 continue
             row.plan, row.deterministic = str(plan), bool(plan.deterministic)
-            row.max_err = _error(first, reference)
+            row.max_err = max_error(first, reference)
             bar.set_description_str(f"{spec.name} {name}: {repeat} timed calls")
             times = []
             for _ in range(repeat):
