@@ -1,17 +1,14 @@
 """Every applicable strategy of each op at standard shapes, and the default A2 plan against the host plan:
-time, and error against the op's float64 reference (max |error| / max |reference| over the outputs)."""
+time, error against the op's float64 reference (max |error| / max |reference| over the outputs), and an
+atomic plan's spread over arrival orders, measured as ``normkern bench`` measures them."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-import tiling
-from normkern import _registry
-from normkern.benchmark import max_error
-from normkern.examples import example_inputs
+from normkern.benchmark import run_bench
 
-from .conftest import median_seconds, record
+from .conftest import record
 
 #: (op, shape, the op's own options); every strategy of the op but ``empty`` is tried.
 CASES = [
@@ -28,24 +25,17 @@ SOCS = {"batch_norm_gather_stats_with_counts": ("Ascend950", "host")}
 @pytest.mark.parametrize("op, shape, extra", CASES, ids=lambda v: "x".join(map(str, v))
                          if isinstance(v, tuple) else v if isinstance(v, str) else "")
 def test_strategies_and_plans(environment, op, shape, extra):
-    record_ = _registry.get(op)
-    kw = example_inputs(op, shape, **extra)
-    reference = record_.reference(kw)
-    call, seeded = record_.function, {"arrival_seed": 0}
-    strategies = [s.value for s in record_.strategies if s.value != "empty"]
-    for soc in SOCS.get(op, ("Ascend910B2", "host")):
-        for strategy in strategies:
-            try:
-                plan = record_.plan(kw, soc, strategy)
-            except tiling.TilingError as exc:
-                record({"op": op, "shape": "x".join(map(str, shape)), "soc": soc, "strategy": strategy,
-                        "refused": str(exc)[:80]})
-                continue
-            args = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
-            outputs = call(**args, soc=soc, strategy=strategy, **seeded)
-            med, iqr = median_seconds(lambda soc=soc, strategy=strategy, args=args: call(
-                **args, soc=soc, strategy=strategy, **seeded), rounds=7, warmup=1)
-            error = max_error(outputs, reference)
-            record({"op": op, "shape": "x".join(map(str, shape)), "soc": soc, "strategy": strategy,
-                    "ms": round(med * 1e3, 3), "iqr_ms": round(iqr * 1e3, 3), "rel_error": float(f"{error:.2e}"),
-                    "deterministic": plan.deterministic, "plan": str(plan)})
+    """``normkern bench``'s measurement (``run_bench``): each row's median and IQR, its error, an atomic
+    plan's spread over 10 arrival orders, and whether the row and the machine were steady enough to trust."""
+    report = run_bench(op, shape, socs=SOCS.get(op, ("Ascend910B2", "host")), repeat=7, arrival_orders=10,
+                       options=extra)
+    for row in report.rows:
+        if row.refused:
+            record({"op": op, "shape": "x".join(map(str, shape)), "soc": row.soc, "strategy": row.strategy,
+                    "refused": row.refused[:80]})
+            continue
+        record({"op": op, "shape": "x".join(map(str, shape)), "soc": row.soc, "strategy": row.strategy,
+                "ms": round(row.median_ms, 3), "iqr_ms": round(row.iqr_ms, 3), "rel_error": float(f"{row.max_err:.2e}"),
+                "deterministic": row.deterministic, "arrival_orders": row.arrival_orders,
+                "distinct": row.distinct, "max_ulp": row.max_ulp, "trusted": row.trusted and not report.busy,
+                "plan": row.plan})
