@@ -1,5 +1,6 @@
-"""The normkern command line: list the SoC presets and what each op supports, print a plan, run an op
-on seeded random data, or check that it is deterministic. Every op comes from the op registry."""
+"""The normkern command line: list the SoC presets and what each op supports, print or draw a plan, run an
+op on seeded random data, check that it is deterministic, time its strategies, or compile its kernels
+ahead of use. Every op comes from the op registry."""
 
 from __future__ import annotations
 
