@@ -24,7 +24,7 @@ import tiling
 
 from . import _config, _registry
 from ._progress import Lines, progress
-from .determinism import _ulp
+from .determinism import _rel, _ulp
 from .errors import InvalidParameterError, NormkernError
 
 #: A row is not to be trusted when its interquartile range exceeds this fraction of its median.
@@ -135,15 +135,10 @@ def _fresh(kw: dict, updated: tuple[str, ...]) -> dict:
 
 
 def max_error(outputs, reference) -> float:
-    """The largest error of any output against its float64 reference, relative to the reference's max."""
-    worst = 0.0
-    for got, want in zip(outputs, reference, strict=True):
-        if got is None or want is None:
-            continue
-        want = np.asarray(want, np.float64)
-        scale = float(np.nanmax(np.abs(want), initial=0)) or 1.0
-        worst = max(worst, float(np.nanmax(np.abs(np.asarray(got, np.float64) - want), initial=0)) / scale)
-    return worst
+    """The largest error of any output against its float64 reference, relative to the reference's max
+    (``determinism``'s measure, output by output)."""
+    return max((_rel(np.asarray(got), np.asarray(want)) for got, want in zip(outputs, reference, strict=True)
+                if got is not None and want is not None), default=0.0)
 
 
 def run_bench(op: str, shape, dtype: str = "float32", *, socs=(None,), strategies=None, repeat: int = 15,
