@@ -187,32 +187,33 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
                                         "must be None, a positive int or a non-empty list of non-negative int seeds",
                                         repr(arrival_orders))
     names = record.all_outputs
+    # every configuration's plan first: each runs the op's own checks, so bad inputs get the op's error
+    # before the reference sees them
+    plans = [(spec, strategy, record.plan(kw, spec, strategy))
+             for spec in (_config.resolve_soc(soc, op) for soc in socs) for strategy in strategies]
     reference = record.reference(kw)
     before = numba.get_num_threads()
     configurations, firsts = [], []
     try:
-        for soc in socs:
-            spec = _config.resolve_soc(soc, op)
-            for strategy in strategies:
-                plan = record.plan(kw, spec, strategy)
-                collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
-                for t in threads:
-                    numba.set_num_threads(t)
-                    if progress:
-                        print(f"[{op}] {spec.name} {plan.strategy.value}: {runs} runs at {t} threads", file=sys.stderr)
-                    for r in range(runs):
-                        args = _copy(kw)
-                        outs = record.call(args, soc=spec, strategy=strategy, arrival_seed=seeds[r % len(seeds)])
-                        for name, value in zip(names, outs, strict=True):
-                            if value is not None:
-                                collected[name].append(np.array(value, copy=True))
-                outputs = {name: _spread(values, ref) for (name, values), ref in zip(collected.items(), reference,
-                                                                                   strict=True) if values}
-                orders = runs * len(threads) if seeds == [None] else len(seeds)
-                configurations.append(ConfigurationReport(
-                    soc=spec.name, strategy=plan.strategy.value, plan=str(plan), plan_deterministic=plan.deterministic,
-                    runs=runs, threads=list(threads), arrival_orders=orders, outputs=outputs))
-                firsts.append({name: values[0] for name, values in collected.items() if values})
+        for spec, strategy, plan in plans:
+            collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
+            for t in threads:
+                numba.set_num_threads(t)
+                if progress:
+                    print(f"[{op}] {spec.name} {plan.strategy.value}: {runs} runs at {t} threads", file=sys.stderr)
+                for r in range(runs):
+                    args = _copy(kw)
+                    outs = record.call(args, soc=spec, strategy=strategy, arrival_seed=seeds[r % len(seeds)])
+                    for name, value in zip(names, outs, strict=True):
+                        if value is not None:
+                            collected[name].append(np.array(value, copy=True))
+            outputs = {name: _spread(values, ref) for (name, values), ref in zip(collected.items(), reference,
+                                                                               strict=True) if values}
+            orders = runs * len(threads) if seeds == [None] else len(seeds)
+            configurations.append(ConfigurationReport(
+                soc=spec.name, strategy=plan.strategy.value, plan=str(plan), plan_deterministic=plan.deterministic,
+                runs=runs, threads=list(threads), arrival_orders=orders, outputs=outputs))
+            firsts.append({name: values[0] for name, values in collected.items() if values})
     finally:
         numba.set_num_threads(before)
     merged = {name: OutputReport(identical=all(c.outputs[name].identical for c in configurations),

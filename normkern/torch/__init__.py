@@ -16,6 +16,7 @@ except ImportError as exc:  # pragma: no cover - the [torch] extra is missing
     raise ImportError("normkern.torch needs PyTorch: pip install 'normkern[torch]'") from exc
 
 from .. import _registry
+from ._contract import NotSupportedError
 from ._tensors import tensor_op, to_numpy, to_tensor
 from ._threads import set_threads_per_rank, threads_for
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
@@ -25,5 +26,5 @@ globals().update({_name: tensor_op(_name) for _name in _registry.names()})
 
 __all__ = [
     *_registry.names(), "SyncBatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",
-    "set_threads_per_rank", "threads_for", "tensor_op", "to_numpy", "to_tensor",
+    "set_threads_per_rank", "threads_for", "tensor_op", "to_numpy", "to_tensor", "NotSupportedError",
 ]

@@ -9,16 +9,22 @@ run with no collective (a local batch norm). grad_weight and grad_bias stay loca
 data-parallel wrapper all-reduces parameter gradients.
 
 The local BatchNorm layers run PyTorch's forward (``torch.native_batch_norm``) and normkern's
-``fast_batch_norm_backward``.
+``fast_batch_norm_backward``; eval mode (running statistics) runs ``batch_norm_elemt`` in every layer.
+
+Every call passes ``_contract``'s checks (torch.nn's) first; an empty batch and a torch.func transform are
+answered by ``torch.nn.functional.batch_norm`` itself, and a backward that builds a graph (``create_graph=True``)
+differentiates torch's formulas (``_autograd``).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
-from . import _threads
+from . import _contract, _layout, _threads
+from ._autograd import differentiable_backward, first_order_only
 from ._tensors import tensor_op, to_numpy
 
 _stats = tensor_op("batch_norm_stats", prepared=True)
@@ -31,16 +37,19 @@ _fast_backward = tensor_op("fast_batch_norm_backward", prepared=True)
 F32 = torch.float32
 
 
+def _training_batch_norm(eps):
+    """torch's differentiable batch norm with the batch's statistics (the running ones were updated in forward)."""
+    return lambda input, weight, bias: F.batch_norm(input, None, None, weight, bias, True, 0.0, eps)
+
+
 class _SyncBatchNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
                 soc):
-        input = input.contiguous()
+        x = _layout.contiguous(input)
         channels = input.shape[1]
-        if input.numel() // channels == 1 and world_size < 2:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape}")
         if input.numel() > 0:
-            mean, invstd = _stats(input, eps, soc=soc)
+            mean, invstd = _stats(x, eps, soc=soc)
             combined = torch.cat([mean, invstd, torch.full((1,), input.numel() // channels, dtype=F32)])
         else:
             combined = torch.zeros(2 * channels + 1, dtype=F32)
@@ -53,141 +62,150 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         mean_all, invstd_all, count_all = torch.split(combined, channels, dim=1)
         keep = count_all.squeeze(-1) >= 1  # ranks with an empty batch drop out, as in PyTorch
         mean_all, invstd_all, count_all = mean_all[keep], invstd_all[keep], count_all[keep]
-        counts = count_all.reshape(-1)
-        if running_mean is not None and counts.dtype != running_mean.dtype:
-            counts = counts.to(running_mean.dtype)
-        mean, invstd = _gather(input, mean_all.contiguous(), invstd_all.contiguous(), running_mean, running_var,
-                               momentum, eps, counts, soc=soc)
-        ctx.save_for_backward(input, weight, mean, invstd, count_all.to(torch.int32).reshape(-1))
-        ctx.process_group, ctx.world_size, ctx.soc = process_group, world_size, soc
+        # The counts stay float32 (exact to 2**24 values a rank) whatever the running statistics' dtype: as
+        # float16 a rank's count overflows past 65504 values per channel.
+        mean, invstd = _gather(x, mean_all.contiguous(), invstd_all.contiguous(), running_mean, running_var,
+                               momentum, eps, count_all.reshape(-1), soc=soc)
+        ctx.save_for_backward(input, weight, bias, mean, invstd, count_all.to(torch.int32).reshape(-1))
+        ctx.process_group, ctx.world_size, ctx.eps, ctx.soc = process_group, world_size, eps, soc
         if input.numel() == 0:
             return torch.empty_like(input)
-        return _elemt(input, _as(weight, mean), _as(bias, mean), mean, invstd, eps, soc=soc)
+        return _layout.as_output(_elemt(x, _as(weight, mean), _as(bias, mean), mean, invstd, eps, soc=soc), input)
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_output = grad_output.contiguous()
-        input, weight, mean, invstd, count = ctx.saved_tensors
+        input, weight, bias, mean, invstd, count = ctx.saved_tensors
+        if torch.is_grad_enabled() and ctx.world_size < 2:
+            grads = differentiable_backward(ctx, grad_output, _training_batch_norm(ctx.eps), (input, weight, bias))
+            return (*grads, None, None, None, None, None, None, None)
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
         channels = input.shape[1]
         if input.numel() > 0:
+            x, dy = _layout.contiguous(input), _layout.contiguous(grad_output)
             sum_dy, sum_dy_xmu, grad_weight, grad_bias = _reduce(
-                grad_output, input, mean, invstd, _as(weight, mean), need_input, need_weight and weight is not None,
+                dy, x, mean, invstd, _as(weight, mean), need_input, need_weight and weight is not None,
                 need_bias and weight is not None, soc=ctx.soc)
             if need_input:
                 if ctx.world_size > 1:
                     combined = torch.cat([sum_dy, sum_dy_xmu])
                     dist.all_reduce(combined, dist.ReduceOp.SUM, ctx.process_group)
                     sum_dy, sum_dy_xmu = torch.split(combined, channels)
-                grad_input = _elemt_backward(grad_output, input, mean, invstd, _as(weight, mean),
-                                             sum_dy.contiguous(), sum_dy_xmu.contiguous(), count, soc=ctx.soc)
+                grad_input = _layout.as_input_grad(_elemt_backward(
+                    dy, x, mean, invstd, _as(weight, mean), sum_dy.contiguous(), sum_dy_xmu.contiguous(), count,
+                    soc=ctx.soc), input)
             grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
             grad_bias = None if grad_bias is None else grad_bias.to(weight.dtype)
         elif need_input and ctx.world_size > 1:
             # an empty batch still joins the all-reduce its peers wait for; its gradients are zeros (None)
             dist.all_reduce(torch.zeros(2 * channels, dtype=F32), dist.ReduceOp.SUM, ctx.process_group)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
+        grads = (grad_input, grad_weight, grad_bias)
+        if torch.is_grad_enabled():
+            grads = first_order_only(grads, "the synchronized batch norm across processes (torch.nn.SyncBatchNorm's "
+                                            "has no double backward either)", (grad_output, input, weight, bias))
+        return (*grads, None, None, None, None, None, None, None)
 
 
 def _as(param, like):
     """A parameter in the statistics' dtype (the CANN ops take one dtype for the per-channel tensors)."""
     if param is None:
         return None
-    return param.detach().to(like.dtype) if param.dtype != like.dtype else param.detach()
+    param = param.detach()
+    return param.to(like.dtype) if param.dtype != like.dtype else param
 
 
 class _BatchNormEvalFunction(torch.autograd.Function):
-    """Normalization with the running statistics: ``batch_norm_elemt`` forward; backward
-    ``grad_input = dy * invstd * weight`` (elemt again) and the two sums of ``batch_norm_backward_reduce``."""
+    """Normalization with the running statistics: ``batch_norm_elemt`` forward, ``invstd = 1/sqrt(running_var +
+    eps)``; backward ``grad_input = dy * invstd * weight`` (elemt again) and the two sums of
+    ``batch_norm_backward_reduce``."""
 
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, eps, soc):
-        input = input.contiguous()
         mean = running_mean.detach().to(F32)
         invstd = torch.rsqrt(running_var.detach().to(F32) + eps)
-        ctx.save_for_backward(input, weight, mean, invstd)
-        ctx.eps, ctx.soc = eps, soc
-        return _elemt(input, _as(weight, mean), _as(bias, mean), mean, invstd, eps, soc=soc)
+        ctx.save_for_backward(input, weight, bias, mean, invstd)
+        ctx.running, ctx.eps, ctx.soc = (running_mean, running_var), eps, soc
+        output = _elemt(_layout.contiguous(input), _as(weight, mean), _as(bias, mean), mean, invstd, eps, soc=soc)
+        return _layout.as_output(output, input)
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_output = grad_output.contiguous()
-        input, weight, mean, invstd = ctx.saved_tensors
+        input, weight, bias, mean, invstd = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            (running_mean, running_var), eps = ctx.running, ctx.eps
+            grads = differentiable_backward(
+                ctx, grad_output, lambda x, w, b: F.batch_norm(x, running_mean, running_var, w, b, False, 0.0, eps),
+                (input, weight, bias))
+            return (*grads, None, None, None, None)
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
+        x, dy = _layout.contiguous(input), _layout.contiguous(grad_output)
         if need_input:
-            grad_input = _elemt(grad_output, _as(weight, mean), None, torch.zeros_like(mean), invstd, ctx.eps,
-                                soc=ctx.soc)
-        if weight is not None and (need_weight or need_bias) and input.numel() > 0:
-            _, _, grad_weight, grad_bias = _reduce(grad_output, input, mean, invstd, None, False, need_weight,
-                                                   need_bias, soc=ctx.soc)
+            grad_input = _layout.as_input_grad(
+                _elemt(dy, _as(weight, mean), None, torch.zeros_like(mean), invstd, ctx.eps, soc=ctx.soc), input)
+        if weight is not None and (need_weight or need_bias):
+            _, _, grad_weight, grad_bias = _reduce(dy, x, mean, invstd, None, False, need_weight, need_bias,
+                                                   soc=ctx.soc)
             grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
             grad_bias = None if grad_bias is None else grad_bias.to(weight.dtype)
         return grad_input, grad_weight, grad_bias, None, None, None, None
 
 
-def _factor(module) -> float:
-    """The running statistics' update factor of this call (and the step count), as torch.nn's _BatchNorm."""
-    factor = 0.0 if module.momentum is None else module.momentum
-    if module.training and module.track_running_stats:
-        module.num_batches_tracked.add_(1)
-        factor = 1.0 / float(module.num_batches_tracked) if module.momentum is None else module.momentum
-    return factor
-
-
-def _prologue(module, input):
-    """What every batch norm call settles first, as torch.nn's _BatchNorm: ``(output, factor, running_mean,
-    running_var)``, the output already computed in eval mode (running statistics), else None and the
-    running statistics to update (None when not tracked)."""
-    module._check_input_dim(input)
-    factor = _factor(module)
-    if not (module.training or (module.running_mean is None and module.running_var is None)):
-        output = _BatchNormEvalFunction.apply(input, module.weight, module.bias, module.running_mean,
-                                              module.running_var, module.eps, module.soc)
-        return output, factor, None, None
-    tracked = not module.training or module.track_running_stats
-    return None, factor, module.running_mean if tracked else None, module.running_var if tracked else None
+def _eval_or_torch(module, input, call: _contract.BatchNormCall, factor: float):
+    """The output where a layer's call needs no training kernel (eval mode, or torch's own function), else None."""
+    if call.torch_function:
+        return F.batch_norm(input, call.running_mean, call.running_var, module.weight, module.bias, call.training,
+                            factor, module.eps)
+    if not call.training:
+        return _BatchNormEvalFunction.apply(input, module.weight, module.bias, call.running_mean, call.running_var,
+                                            module.eps, module.soc)
+    return None
 
 
 class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     """A drop-in for ``torch.nn.SyncBatchNorm`` on CPU tensors (gloo or any process group), its kernels
-    normkern's. The same parameters, buffers and state dict; ``soc`` picks the plan (default ``"host"``:
-    this CPU, every dtype; an NPU's name gives its plan, its exact order and its dtype rules)."""
+    normkern's. The same parameters (``bias=`` included), buffers, state dict and checks; ``soc`` picks the plan
+    (default ``"host"``: this CPU, every dtype; an NPU's name gives its plan, its exact order and its dtype
+    rules)."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, process_group=None, device=None, dtype=None, *,
-                 soc="host") -> None:
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype)
+                 bias: bool = True, soc="host") -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype,
+                         bias=bias)
         self.process_group = process_group
         self.soc = soc
 
-    def _check_input_dim(self, input):
-        if input.dim() < 2 or input.dim() > 5:
-            raise ValueError(f"expected 2D to 5D input (got {input.dim()}D input)")
+    _check_input_dim = nn.SyncBatchNorm._check_input_dim
+    _check_non_zero_input_channels = nn.SyncBatchNorm._check_non_zero_input_channels
 
+    @torch.compiler.disable
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dim() >= 2 and input.shape[1] == 0:
-            raise ValueError("SyncBatchNorm number of input channels should be non-zero")
-        output, factor, running_mean, running_var = _prologue(self, input)
-        if output is not None:
-            return output
+        self._check_input_dim(input)
+        self._check_non_zero_input_channels(input)
         group, world_size = None, 1
         if self.training and dist.is_available() and dist.is_initialized():
             group = self.process_group or dist.group.WORLD
             world_size = dist.get_world_size(group)
+        call = _contract.batch_norm(self, input, synchronized=world_size > 1)
+        factor = _contract.count_batch(self)
+        output = _eval_or_torch(self, input, call, factor)
+        if output is not None:
+            return output
+        if group is not None:
             _threads.share_cores(world_size)
-        return _SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean, running_var, self.eps,
-                                            factor, group, world_size, self.soc)
+        return _SyncBatchNormFunction.apply(input, self.weight, self.bias, call.running_mean, call.running_var,
+                                            self.eps, factor, group, world_size, self.soc)
 
     @classmethod
     def convert_sync_batchnorm(cls, module: nn.Module, process_group=None, *, soc="host") -> nn.Module:
-        """Every ``torch.nn.BatchNorm*d`` (and torch's SyncBatchNorm) of ``module`` as this layer, sharing its
-        parameters and buffers, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does."""
+        """Every batch norm layer of ``module`` (``torch.nn.BatchNorm*d``, torch's SyncBatchNorm and this one) as
+        this layer, sharing its parameters and buffers, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``
+        does (``qconfig`` included)."""
         output = module
-        if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(module, cls):
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
             output = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
-                         process_group, soc=soc)
+                         process_group, bias=module.bias is not None, soc=soc)
             if module.affine:
                 with torch.no_grad():
                     output.weight = module.weight
@@ -196,6 +214,8 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
             output.running_var = module.running_var
             output.num_batches_tracked = module.num_batches_tracked
             output.training = module.training
+            if hasattr(module, "qconfig"):
+                output.qconfig = module.qconfig
         for name, child in module.named_children():
             output.add_module(name, cls.convert_sync_batchnorm(child, process_group, soc=soc))
         return output
@@ -207,21 +227,27 @@ class _BatchNormTrainFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, soc):
-        input = input.contiguous()
         output, save_mean, save_invstd = torch.native_batch_norm(input, weight, bias, running_mean, running_var,
                                                                  True, factor, eps)
-        ctx.save_for_backward(input, weight, save_mean, save_invstd)
+        ctx.save_for_backward(input, weight, bias, save_mean, save_invstd)
         ctx.eps, ctx.soc = eps, soc
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
-        input, weight, save_mean, save_invstd = ctx.saved_tensors
-        mask = tuple(bool(m) for m in ctx.needs_input_grad[:3])
-        mask = (mask[0], mask[1] and weight is not None, mask[2] and weight is not None)
-        grads = _fast_backward(grad_output.contiguous(), input, None if weight is None else weight.detach(), None,
-                               None, save_mean, save_invstd, True, ctx.eps, mask, soc=ctx.soc)
-        return (*grads, None, None, None, None, None)
+        input, weight, bias, save_mean, save_invstd = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            grads = differentiable_backward(ctx, grad_output, _training_batch_norm(ctx.eps), (input, weight, bias))
+            return (*grads, None, None, None, None, None)
+        need = ctx.needs_input_grad
+        mask = (bool(need[0]), bool(need[1]) and weight is not None, bool(need[2]) and weight is not None)
+        grad_input, grad_weight, grad_bias = _fast_backward(
+            _layout.contiguous(grad_output), _layout.contiguous(input),
+            None if weight is None else weight.detach(), None, None, save_mean, save_invstd, True,
+            ctx.eps, mask, soc=ctx.soc)
+        if grad_input is not None:
+            grad_input = _layout.as_input_grad(grad_input, input)
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None
 
 
 class _LocalBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -231,12 +257,16 @@ class _LocalBatchNorm(nn.modules.batchnorm._BatchNorm):
         super().__init__(*args, **kwargs)
         self.soc = soc
 
+    @torch.compiler.disable
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        output, factor, running_mean, running_var = _prologue(self, input)
+        self._check_input_dim(input)
+        call = _contract.batch_norm(self, input)
+        factor = _contract.count_batch(self)
+        output = _eval_or_torch(self, input, call, factor)
         if output is not None:
             return output
-        return _BatchNormTrainFunction.apply(input, self.weight, self.bias, running_mean, running_var, factor,
-                                             self.eps, self.soc)
+        return _BatchNormTrainFunction.apply(input, self.weight, self.bias, call.running_mean, call.running_var,
+                                             factor, self.eps, self.soc)
 
 
 class BatchNorm1d(_LocalBatchNorm, nn.BatchNorm1d):

@@ -1,6 +1,7 @@
 """check_determinism and `normkern determinism`: deterministic plans, plans that differ, atomic spreads."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -75,3 +76,20 @@ def test_cli_determinism_json():
     data = json.loads(out)
     assert [c["strategy"] for c in data["configurations"]] == ["cann", "atomic"]
     assert data["configurations"][0]["deterministic"] is True
+
+
+@pytest.mark.parametrize("op", normkern._registry.names())
+def test_a_bad_input_gets_the_ops_own_error_before_the_reference_sees_it(op):
+    kw = example_inputs(op, (6, 4) if normkern._registry.get(op).shape_ranks == (2, 2) else (3, 4, 5))
+    kw["input"] = np.ones(5, np.float32)
+    with pytest.raises(normkern.InvalidParameterError) as direct:
+        getattr(normkern, op)(**kw)
+    assert direct.value.status == 161002 and direct.value.op == op
+    with pytest.raises(normkern.InvalidParameterError, match=re.escape(str(direct.value))):
+        check_determinism(op, kw, runs=1)
+
+
+def test_a_one_dimensional_stats_input_is_the_ops_rank_error():
+    with pytest.raises(normkern.InvalidParameterError, match=re.escape(
+            "[batch_norm_stats] input must have rank 2 to 8, got rank 1 (shape (5,))")):
+        check_determinism("batch_norm_stats", {"input": np.ones(5, np.float32), "eps": 1e-5})

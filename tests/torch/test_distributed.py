@@ -133,3 +133,53 @@ def test_a_rank_that_raises_fails_the_others_within_a_timeout(tmp_path):
     with pytest.raises(mp.ProcessRaisedException, match="rank 1 fails on purpose"):
         _spawn(tmp_path, (2, 3), "float32", fail_rank=1, timeout=60)
     assert time.monotonic() - start < 60
+
+
+def _contract_worker(rank, world, init_file, out_dir):
+    """Across ranks: a channels_last batch stays channels_last, ``bias=False`` trains, a wrong channel count is
+    torch's error on every rank before any collective (no rank waits), and a gradient penalty is refused at the
+    second backward with the error that says why."""
+    import normkern.torch as nt
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        found = {}
+        layer = nt.SyncBatchNorm(C, bias=False)
+        x = torch.randn(2 + rank, C, *SPATIAL).to(memory_format=torch.channels_last).requires_grad_()
+        out = layer(x)
+        out.backward(torch.ones_like(out))
+        found["channels_last"] = (out.is_contiguous(memory_format=torch.channels_last),
+                                  x.grad.is_contiguous(memory_format=torch.channels_last))
+        found["grad_weight"] = layer.weight.grad is not None and layer.bias is None
+        try:
+            layer(torch.randn(2, C + 2, *SPATIAL))
+        except RuntimeError as error:
+            found["wrong_channels"] = str(error)
+        found["counted"] = int(layer.num_batches_tracked)
+        x = torch.randn(2, C, *SPATIAL, requires_grad=True)
+        (grad,) = torch.autograd.grad(nt.SyncBatchNorm(C)(x).pow(2).sum(), x, create_graph=True)
+        try:
+            grad.pow(2).sum().backward()
+        except RuntimeError as error:
+            found["double_backward"] = str(error)
+        torch.save(found, os.path.join(out_dir, f"contract{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_synchronized_layer_keeps_torchs_contract_across_ranks(tmp_path):
+    context = mp.spawn(_contract_worker, args=(2, str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=False)
+    deadline = time.monotonic() + 90
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("ranks did not finish within 90 s")
+    for rank in range(2):
+        found = torch.load(tmp_path / f"contract{rank}.pt")
+        assert found["channels_last"] == (True, True) and found["grad_weight"]
+        assert found["wrong_channels"] == f"running_mean should contain {C + 2} elements not {C}"
+        assert found["counted"] == 1
+        assert "the synchronized batch norm across processes" in found["double_backward"]
+        assert "has no double backward" in found["double_backward"]
