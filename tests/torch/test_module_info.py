@@ -22,24 +22,18 @@ BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 LOW = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
-def _layers():
-    """(torch.nn class, the drop-in's class): every twin, and SyncBatchNorm on each BatchNorm's samples."""
-    pairs = [(cls, TWINS[cls]) for cls in TWINS] + [(cls, nt.SyncBatchNorm) for cls in BATCH_NORMS]
-    return pytest.mark.parametrize("cls, ours_cls", pairs, ids=lambda c: c.__name__)
+PAIRS = [(cls, TWINS[cls]) for cls in TWINS] + [(cls, nt.SyncBatchNorm) for cls in BATCH_NORMS]
+CASES = [(cls, ours, dtype, training) for cls, ours in PAIRS for dtype in
+         [torch.float32] + [d for d in INFOS[cls].dtypes if d in LOW] for training in (True, False)]
 
 
-def _dtypes(cls):
-    return [torch.float32] + [d for d in INFOS[cls].dtypes if d in LOW]
+def _ids(value):
+    return getattr(value, "__name__", str(value).removeprefix("torch."))
 
 
 def _samples(cls, dtype, training):
     info = INFOS[cls]
     return info.module_inputs_func(info, device="cpu", dtype=dtype, requires_grad=True, training=training)
-
-
-def _cases():
-    return [(cls, ours, dtype, training) for cls, ours in [(c, TWINS[c]) for c in TWINS] +
-            [(c, nt.SyncBatchNorm) for c in BATCH_NORMS] for dtype in _dtypes(cls) for training in (True, False)]
 
 
 def _close(got, want, dtype, what, factor=8):
@@ -59,26 +53,38 @@ def _pair(cls, ours_cls, sample, dtype, training):
     return theirs, ours
 
 
-def _leaves(layer, sample):
-    inputs = [a.detach().clone().requires_grad_() for a in sample.forward_input.args]
-    return inputs, [p for p in layer.parameters()]
-
-
-@pytest.mark.parametrize("cls, ours_cls, dtype, training", _cases(),
-                         ids=lambda v: getattr(v, "__name__", str(v).removeprefix("torch.")))
-def test_every_sample_answers_as_torch_nn(cls, ours_cls, dtype, training):
+def _on_both(cls, ours_cls, dtype, training, step):
+    """``step(layer, inputs, number)`` on torch.nn's layer and on the drop-in, each sample's inputs cloned for
+    each: ``(what, torch's result, ours)`` per sample."""
     for number, sample in enumerate(_samples(cls, dtype, training)):
-        what = f"sample {number} ({sample.desc or 'default'})"
-        theirs, ours = _pair(cls, ours_cls, sample, dtype, training)
         results = []
-        for layer in (theirs, ours):
-            inputs, params = _leaves(layer, sample)
-            out = layer(*inputs)
-            grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(number)).to(dtype)
-            out.backward(grad_out)
-            results.append((out.detach(), [i.grad for i in inputs], [p.grad for p in params],
-                            [b.clone() for b in layer.buffers()]))
-        (out_t, gin_t, gp_t, buf_t), (out_o, gin_o, gp_o, buf_o) = results
+        for layer in _pair(cls, ours_cls, sample, dtype, training):
+            inputs = [a.detach().clone().requires_grad_() for a in sample.forward_input.args]
+            results.append(step(layer, inputs, number))
+        yield f"sample {number} ({sample.desc or 'default'})", *results
+
+
+def _first_order(layer, inputs, number):
+    out = layer(*inputs)
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(number)).to(out.dtype))
+    return (out.detach(), [i.grad for i in inputs], [p.grad for p in layer.parameters()],
+            [b.clone() for b in layer.buffers()])
+
+
+def _second_order(layer, inputs, number):
+    """A gradient penalty: the first derivatives of ``sum(out**3)`` and the gradients of their squares' sum."""
+    leaves = inputs + list(layer.parameters())
+    grads = torch.autograd.grad(layer(*inputs).pow(3).sum(), leaves, create_graph=True)
+    penalty = sum(g.pow(2).sum() for g in grads)
+    if penalty.requires_grad:
+        penalty.backward()
+    return [g.detach() for g in grads], [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("cls, ours_cls, dtype, training", CASES, ids=_ids)
+def test_every_sample_answers_as_torch_nn(cls, ours_cls, dtype, training):
+    for what, (out_t, gin_t, gp_t, buf_t), (out_o, gin_o, gp_o, buf_o) in _on_both(cls, ours_cls, dtype, training,
+                                                                                   _first_order):
         _close(out_o, out_t, dtype, f"{what} output")
         assert out_o.stride() == out_t.stride(), what
         for got, want in zip(gin_o, gin_t, strict=True):
@@ -92,34 +98,19 @@ def test_every_sample_answers_as_torch_nn(cls, ours_cls, dtype, training):
                 assert torch.equal(got, want), f"{what} num_batches_tracked"
 
 
-@pytest.mark.parametrize("cls, ours_cls, dtype, training", [c for c in _cases() if c[2] == torch.float32],
-                         ids=lambda v: getattr(v, "__name__", str(v).removeprefix("torch.")))
+@pytest.mark.parametrize("cls, ours_cls, dtype, training", [c for c in CASES if c[2] == torch.float32], ids=_ids)
 def test_every_sample_differentiates_twice_as_torch_nn(cls, ours_cls, dtype, training):
-    """A gradient penalty: the input and parameter gradients of ``sum(grad(out, inputs, create_graph)**2)``."""
-    for number, sample in enumerate(_samples(cls, dtype, training)):
-        what = f"sample {number} ({sample.desc or 'default'})"
-        theirs, ours = _pair(cls, ours_cls, sample, dtype, training)
-        results = []
-        for layer in (theirs, ours):
-            inputs, params = _leaves(layer, sample)
-            out = layer(*inputs)
-            leaves = inputs + params
-            grads = torch.autograd.grad(out.pow(3).sum(), leaves, create_graph=True)
-            penalty = sum(g.pow(2).sum() for g in grads)
-            if penalty.requires_grad:
-                penalty.backward()
-            results.append(([g.detach() for g in grads], [leaf.grad for leaf in leaves]))
-        for (first_t, second_t), (first_o, second_o) in [results]:
-            for got, want in zip(first_o, first_t, strict=True):
-                _close(got, want, dtype, f"{what} first derivative", factor=64)
-            for got, want in zip(second_o, second_t, strict=True):
-                if want is None:
-                    assert got is None or not got.any(), what
-                else:
-                    _close(got, want, dtype, f"{what} second derivative", factor=64)
+    for what, (first_t, second_t), (first_o, second_o) in _on_both(cls, ours_cls, dtype, training, _second_order):
+        for got, want in zip(first_o, first_t, strict=True):
+            _close(got, want, dtype, f"{what} first derivative", factor=64)
+        for got, want in zip(second_o, second_t, strict=True):
+            if want is None:
+                assert got is None or not got.any(), what
+            else:
+                _close(got, want, dtype, f"{what} second derivative", factor=64)
 
 
-@_layers()
+@pytest.mark.parametrize("cls, ours_cls", PAIRS, ids=_ids)
 def test_every_error_sample_raises_torchs_error_and_changes_nothing(cls, ours_cls):
     info = INFOS[cls]
     samples = info.module_error_inputs_func(info, device="cpu", dtype=torch.float32, requires_grad=True,
@@ -140,7 +131,7 @@ def test_every_error_sample_raises_torchs_error_and_changes_nothing(cls, ours_cl
         assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-@_layers()
+@pytest.mark.parametrize("cls, ours_cls", PAIRS, ids=_ids)
 @pytest.mark.parametrize("training", [True, False])
 def test_float64_samples_are_refused_before_any_state_changes(cls, ours_cls, training):
     for sample in _samples(cls, torch.float64, training):
