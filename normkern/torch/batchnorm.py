@@ -139,13 +139,13 @@ class _BatchNormEvalFunction(torch.autograd.Function):
             return (*grads, None, None, None, None)
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
-        x, dy = _layout.contiguous(input), _layout.contiguous(grad_output)
+        dy = _layout.contiguous(grad_output)
         if need_input:
             grad_input = _layout.as_input_grad(
                 _elemt(dy, _as(weight, mean), None, torch.zeros_like(mean), invstd, ctx.eps, soc=ctx.soc), input)
         if weight is not None and (need_weight or need_bias):
-            _, _, grad_weight, grad_bias = _reduce(dy, x, mean, invstd, None, False, need_weight, need_bias,
-                                                   soc=ctx.soc)
+            _, _, grad_weight, grad_bias = _reduce(dy, _layout.contiguous(input), mean, invstd, None, False,
+                                                   need_weight, need_bias, soc=ctx.soc)
             grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
             grad_bias = None if grad_bias is None else grad_bias.to(weight.dtype)
         return grad_input, grad_weight, grad_bias, None, None, None, None
