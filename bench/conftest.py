@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from numba import njit, prange
 
-from normkern import _cache
+import normkern
 from normkern._lanes import LANES, accumulate, fold
+from normkern.runtime import cache as _cache
 
 RESULTS = Path(__file__).parent / "results"
 ROWS: list[dict] = []
@@ -118,7 +119,8 @@ def _cpu_model() -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def bench_threads():
-    numba.set_num_threads(THREADS)
+    numba.set_num_threads(THREADS)  # the ceilings' own parallel loops
+    normkern.set_num_threads(THREADS)
     try:
         import torch
 

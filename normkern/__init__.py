@@ -5,7 +5,7 @@ every floating-point addition, so a deterministic plan gives the same bits on ev
 count, and an atomic plan can be replayed from its arrival order.
 """
 
-from . import _cache, _fork, aclnn
+from . import aclnn
 from ._config import get_default_soc, get_deterministic, set_default_soc, set_deterministic
 from ._prepared import PreparedCall, prepare
 from ._registry import records as _records
@@ -19,11 +19,11 @@ from .errors import (
     UnsupportedError,
     WorkspaceError,
 )
+from .runtime import cache as _cache
+from .runtime import get_num_threads, set_num_threads
 
-# Every kernel's cache is keyed by the compiled helpers too (see normkern/_cache.py); before any compile.
+# Every kernel's cache is keyed by the compiled helpers too (see normkern/runtime/cache.py); before any compile.
 _cache.key_by_helpers("normkern")
-# A child forked after a kernel ran swaps the OpenMP kernels for serial twins (see normkern/_fork.py).
-_fork.install()
 
 __version__ = "0.1.0"
 
@@ -33,7 +33,8 @@ globals().update({_record.name: _record.function for _record in _records()})
 __all__ = [
     *(_record.name for _record in _records()), "aclnn", "check_determinism", "DeterminismReport", "prepare",
     "PreparedCall",
-    "get_default_soc", "get_deterministic", "set_default_soc", "set_deterministic",
+    "get_default_soc", "get_deterministic", "get_num_threads", "set_default_soc", "set_deterministic",
+    "set_num_threads",
     "DeterminismError", "InvalidParameterError", "NormkernError", "NullPointerError", "TilingError",
     "UnsupportedError", "WorkspaceError",
 ]

@@ -145,14 +145,56 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
+#: Repeated call signatures an op keeps a prepared call for; past this many they are dropped and made anew.
+REPEATED_CALLS = 256
+
+
 def pythonic(bind: Callable[..., Executor]) -> Callable:
     """The Pythonic op made of ``bind``, which checks a call and plans it into an Executor: the op runs that
     executor at once, in a private workspace. ``bind`` stays reachable as the op's ``bind``, for
-    ``normkern.prepare``, which keeps the executor to run it again."""
+    ``normkern.prepare``, which keeps the executor to run it again.
+
+    The lean path of repeated calls: a call whose arguments repeat an earlier call's signature (``call_key``:
+    array shapes, dtypes, strides and aliasing, every other value, and this context's default SoC and
+    determinism) runs as a prepared call of it, its arrays matched to the binding and its overlap rule
+    checked, with no re-planning. A signature is prepared the second time it is seen (a call that never
+    repeats costs nothing more); the results are the same bits either way."""
+    from ._config import _settings
+    from ._prepared import PreparedCall, call_key
+
+    op_name = bind.__module__.split(".")[-2]
+    soc_setting, deterministic_setting = _settings["soc"], _settings["deterministic"]
+    repeated: dict = {}
+    once: set = set()
 
     @functools.wraps(bind)
     def op(*args, **kwargs):
-        return bind(*args, **kwargs).run_private()
+        key = call_key(args, kwargs, {})
+        if key is not None:
+            key = (key, soc_setting.get(), deterministic_setting.get())
+            call = repeated.get(key)
+            if call is not None:
+                return call.repeat(args, kwargs)
+        executor = bind(*args, **kwargs)
+        if key is not None:
+            if key in once:
+                call = PreparedCall(op_name, args, kwargs, function=op, executor=executor)
+                if call.repeatable:
+                    if len(repeated) >= REPEATED_CALLS:
+                        repeated.clear()
+                    repeated[key] = call
+            else:
+                if len(once) >= REPEATED_CALLS:
+                    once.clear()
+                once.add(key)
+        return executor.run_private()
+
+    def forget() -> None:
+        """Drop every prepared call and every signature seen once."""
+        repeated.clear()
+        once.clear()
 
     op.bind = bind
+    op.repeated = repeated
+    op.forget_repeated = forget
     return op

@@ -197,8 +197,8 @@ def fold(lanes):
 def fold_halves(buf, length, used):
     """ReduceSum of ``buf[0:length]`` in the A2 fold-halves order (``_fold_halves``): a buffer of at most 64
     elements, a short row's, is folded in registers here, inlined; longer ones out of line, where the
-    levels' code is compiled once. A bounds-checked build folds every buffer out of line: its width check
-    raises, and a raise inlined into a ``prange`` body would stop that loop from running in parallel."""
+    levels' code is compiled once. A bounds-checked build folds every buffer out of line, where its width is
+    checked."""
     if length <= LANES and not _CHECKED:
         if used >= LANES:
             return _sum64(buf)

@@ -36,12 +36,14 @@ class PreparedCall:
     has run then. The results are those of ``normkern.<op>`` on the same arguments, bit for bit.
     """
 
-    def __init__(self, op: str, args: tuple, kwargs: dict) -> None:
-        record = _registry.get(op, "normkern.prepare")
+    def __init__(self, op: str, args: tuple, kwargs: dict, *, function=None, executor=None) -> None:
+        """``function`` is the op (default: the registry's ``normkern.<op>``); ``executor``, when given, is the
+        one ``function.bind`` returned for these very arguments (the op's own first call), not made again."""
+        function = function or _registry.get(op, "normkern.prepare").function
         self.op = op
-        self._signature = inspect.signature(record.function)
+        self._signature = _op_signature(function)
         bound = self._bind(args, kwargs)
-        self._executor = record.function.bind(*bound.args, **bound.kwargs)
+        self._executor = executor or function.bind(*bound.args, **bound.kwargs)
         self._fixed = {k: v for k, v in bound.arguments.items() if k in _registry.COMMON_KEYWORDS and k != "out"}
         positional = [p for p in self._signature.parameters.values() if p.kind in _POSITIONAL]
         self.parameters = tuple(p.name for p in positional)
@@ -62,6 +64,10 @@ class PreparedCall:
             if isinstance(value, np.ndarray):
                 positions.setdefault(id(value), []).append(i)
         self._aliases = tuple(tuple(p) for p in positions.values() if len(p) > 1)
+        #: The executor slots of each array of the call, in the order ``_arrays_in`` walks them; None when one
+        #: of its arrays is not bound as itself (then only the checked ``__call__`` can run it).
+        repeat_slots = tuple(slot_of.get(id(a), ()) for a in _arrays_in((*args, *kwargs.values())))
+        self._repeat_slots = None if () in repeat_slots else repeat_slots
         names = [name for name, _ in self._executor.tensors]
         written, read = self._executor.overlaps
         self._overlaps = (tuple((n, names.index(n)) for n in written), tuple((n, names.index(n)) for n in read))
@@ -113,6 +119,23 @@ class PreparedCall:
             check_overlaps(self.op, tuple((n, arrays[i]) for n, i in written), tuple((n, arrays[i]) for n, i in read))
         return self._executor.run_with(arrays)
 
+    def repeat(self, args: tuple, kwargs: dict):
+        """Run on the arrays of a call whose ``call_key`` equals the prepared call's (every shape, dtype,
+        stride, alias and value the match checks is then the same): only the op's overlap rule is checked."""
+        arrays = self._template.copy()
+        for array, slots in zip(_arrays_in((*args, *kwargs.values())), self._repeat_slots, strict=True):
+            for i in slots:
+                arrays[i] = array
+        written, read = self._overlaps
+        if written:
+            check_overlaps(self.op, tuple((n, arrays[i]) for n, i in written), tuple((n, arrays[i]) for n, i in read))
+        return self._executor.run_with(arrays)
+
+    @property
+    def repeatable(self) -> bool:
+        """Whether :meth:`repeat` can run it (every array of the call is bound as itself)."""
+        return self._repeat_slots is not None
+
     def _flat_name(self, index: int) -> str:
         count = len(self.parameters)
         return self.parameters[index] if index < count else f"out[{index - count}]"
@@ -130,6 +153,53 @@ class PreparedCall:
 
 
 _ARRAY, _ARRAYS, _VALUE = "array", "arrays", "value"
+
+_signatures: dict = {}
+
+
+def _op_signature(function) -> inspect.Signature:
+    """``inspect.signature`` of an op, made once per op."""
+    signature = _signatures.get(function)
+    if signature is None:
+        signature = _signatures[function] = inspect.signature(function)
+    return signature
+
+
+def call_key(args, kwargs, seen: dict[int, int]):
+    """What a later call must repeat to run as a prepared call of this one: every array by exact type, shape,
+    dtype, strides, writeability and which earlier argument was the same array (``seen``: its first position);
+    sequences by their items; everything else as it is. None when a value cannot be a key (a mutable one)."""
+    try:
+        key = (_describe_all(args, seen), _describe_all(kwargs.values(), seen), tuple(kwargs))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _arrays_in(values):
+    """The arrays among ``values`` and inside their tuples and lists, in order."""
+    for value in values:
+        if type(value) is np.ndarray:
+            yield value
+        elif type(value) is tuple or type(value) is list:
+            yield from _arrays_in(value)
+
+
+def _describe_all(values, seen: dict[int, int]) -> tuple:
+    parts = []
+    for value in values:
+        kind = type(value)
+        if kind is np.ndarray:
+            parts.append((value.shape, value.dtype, value.strides, value.flags.writeable,
+                          seen.setdefault(id(value), len(seen))))
+        elif kind is tuple or kind is list:
+            parts.append((kind, _describe_all(value, seen)))
+        elif isinstance(value, np.ndarray):  # a subclass: no prepared call
+            raise TypeError("an ndarray subclass")
+        else:
+            parts.append((kind, value))
+    return tuple(parts)
 
 
 def _spec(name, value, slot_of):

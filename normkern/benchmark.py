@@ -17,12 +17,11 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-import numba
 import numpy as np
 
 import tiling
 
-from . import _config, _registry
+from . import _config, _registry, runtime
 from ._progress import Lines, progress
 from .determinism import _rel, _ulp
 from .errors import InvalidParameterError, NormkernError
@@ -158,7 +157,7 @@ def run_bench(op: str, shape, dtype: str = "float32", *, socs=(None,), strategie
     reference = record.reference(pristine)
     nbytes = record.bytes_moved(pristine)
     report = BenchReport(op=record.name, shape=tuple(shape), dtype=dtype, options=options,
-                         threads=numba.get_num_threads(), repeat=repeat, triad_before_gbps=triad_gbps(),
+                         threads=runtime.get_num_threads(), repeat=repeat, triad_before_gbps=triad_gbps(),
                          triad_after_gbps=0.0)
     configurations = [(soc, strategy) for soc in socs for strategy in strategies]
     with progress(len(configurations), unit="strategy") if show_progress else Lines() as bar:

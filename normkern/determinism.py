@@ -15,10 +15,9 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 
-import numba
 import numpy as np
 
-from . import _config, _registry
+from . import _config, _registry, runtime
 from ._checks import is_int
 from .errors import InvalidParameterError
 
@@ -153,10 +152,9 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
         threads = tuple(threads)
     except TypeError:
         threads = ()
-    if not threads or any(not is_int(t) or not 1 <= t <= numba.config.NUMBA_NUM_THREADS for t in threads):
+    if not threads or any(not is_int(t) or not 1 <= t <= runtime.MAX_THREADS for t in threads):
         raise InvalidParameterError("check_determinism", "threads",
-                                    f"must be a non-empty sequence of ints in 1..{numba.config.NUMBA_NUM_THREADS}",
-                                    repr(given))
+                                    f"must be a non-empty sequence of ints in 1..{runtime.MAX_THREADS}", repr(given))
     if not isinstance(inputs, dict):
         raise InvalidParameterError("check_determinism", "inputs", f"must be a dict of {op}'s keyword arguments",
                                     type(inputs).__name__)
@@ -192,30 +190,26 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
     plans = [(spec, strategy, record.plan(kw, spec, strategy))
              for spec in (_config.resolve_soc(soc, op) for soc in socs) for strategy in strategies]
     reference = record.reference(kw)
-    before = numba.get_num_threads()
     configurations, firsts = [], []
-    try:
-        for spec, strategy, plan in plans:
-            collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
-            for t in threads:
-                numba.set_num_threads(t)
-                if progress:
-                    print(f"[{op}] {spec.name} {plan.strategy.value}: {runs} runs at {t} threads", file=sys.stderr)
+    for spec, strategy, plan in plans:
+        collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        for t in threads:
+            if progress:
+                print(f"[{op}] {spec.name} {plan.strategy.value}: {runs} runs at {t} threads", file=sys.stderr)
+            with runtime.set_num_threads(t, exact=True):  # t threads however small the input
                 for r in range(runs):
                     args = _copy(kw)
                     outs = record.call(args, soc=spec, strategy=strategy, arrival_seed=seeds[r % len(seeds)])
                     for name, value in zip(names, outs, strict=True):
                         if value is not None:
                             collected[name].append(np.array(value, copy=True))
-            outputs = {name: _spread(values, ref) for (name, values), ref in zip(collected.items(), reference,
-                                                                               strict=True) if values}
-            orders = runs * len(threads) if seeds == [None] else len(seeds)
-            configurations.append(ConfigurationReport(
-                soc=spec.name, strategy=plan.strategy.value, plan=str(plan), plan_deterministic=plan.deterministic,
-                runs=runs, threads=list(threads), arrival_orders=orders, outputs=outputs))
-            firsts.append({name: values[0] for name, values in collected.items() if values})
-    finally:
-        numba.set_num_threads(before)
+        outputs = {name: _spread(values, ref) for (name, values), ref in zip(collected.items(), reference,
+                                                                           strict=True) if values}
+        orders = runs * len(threads) if seeds == [None] else len(seeds)
+        configurations.append(ConfigurationReport(
+            soc=spec.name, strategy=plan.strategy.value, plan=str(plan), plan_deterministic=plan.deterministic,
+            runs=runs, threads=list(threads), arrival_orders=orders, outputs=outputs))
+        firsts.append({name: values[0] for name, values in collected.items() if values})
     merged = {name: OutputReport(identical=all(c.outputs[name].identical for c in configurations),
                                  distinct=max(c.outputs[name].distinct for c in configurations),
                                  max_ulp=max(c.outputs[name].max_ulp for c in configurations),

@@ -2,6 +2,7 @@ import os
 import pathlib
 import shutil
 
+import pytest
 from hypothesis import settings
 
 #: Where the test run keeps its Numba cache when NUMBA_CACHE_DIR is not set.
@@ -11,7 +12,7 @@ TEST_CACHE_DIR = pathlib.Path(__file__).resolve().parents[1] / ".numba-cache" / 
 def _test_cache_dir() -> None:
     """The test run keeps its Numba cache in ``.numba-cache/tests`` (unless NUMBA_CACHE_DIR is set, as
     CI sets it), out of the source tree; entries of an edited helper are told apart by normkern
-    itself (``normkern/_cache.py`` keys every kernel by the helpers' digest). Anything else in
+    itself (``normkern/runtime/cache.py`` keys every kernel by the helpers' digest). Anything else in
     ``.numba-cache`` (the per-digest directories of earlier versions) is removed. Runs before
     anything imports numba, which reads the variable once."""
     if "NUMBA_CACHE_DIR" in os.environ:
@@ -39,12 +40,17 @@ def source_tree_caches() -> frozenset[str]:
 SOURCE_TREE_CACHES_AT_START = source_tree_caches()
 
 
-def pytest_configure(config):
-    # A prange loop Numba cannot parallelize (a raise in its body, say) compiles to a serial loop with
-    # only a warning: make it a failure. Registered here, after NUMBA_CACHE_DIR is set: a filter in
-    # pyproject.toml names a numba class, which imports numba before this file runs, and numba would
-    # then keep its cache beside the sources.
-    config.addinivalue_line("filterwarnings", "error::numba.core.errors.NumbaPerformanceWarning")
+@pytest.fixture(autouse=True)
+def every_call_on_every_thread():
+    """The tests' inputs are small, and a small call runs on the calling thread alone
+    (``normkern.runtime.threads_for``): here every call spreads over every thread
+    (``set_num_threads(..., exact=True)``), so that each test also runs the launch on the worker threads.
+    Tests of the size rule itself set their own count."""
+    from normkern import runtime
+
+    with runtime.set_num_threads(runtime.MAX_THREADS, exact=True):
+        yield
+
 
 # Shared CI machines are noisy: judge properties, not per-example time.
 settings.register_profile("normkern", deadline=None, max_examples=100)

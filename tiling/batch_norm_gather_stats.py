@@ -268,7 +268,7 @@ class GatherStatsPlan(Plan):
                                partial_pitch=self.partial_pitch)
 
     def inline_kernel_args(self) -> GatherStatsArgs:
-        """``kernel_args()`` for a run without the thread pool. A channel-split plan adds each channel's
+        """``kernel_args()`` for a run on one thread. A channel-split plan adds each channel's
         devices in device order whatever the core boundaries, so one core over every channel makes the
         same additions; a device-split plan keeps its blocks, whose boundaries are the order."""
         args = self.cached_kernel_args()

@@ -165,8 +165,8 @@ def pass_extent(geometry: PassGeometry, block: int, last: int) -> tuple[int, int
 
 
 class FastBatchNormBackwardArgs(NamedTuple):
-    """What the kernels receive: the fused dims, the pass geometry (``PassGeometry``'s fields, flat:
-    a parallel loop takes no nested tuple) and the job table."""
+    """What the kernels receive: the fused dims, the pass geometry (``PassGeometry``'s fields, flat) and the
+    job table."""
 
     b0: int
     c: int

@@ -16,9 +16,7 @@ import numpy as np
 import torch
 
 from .. import _registry
-from .._config import get_default_soc, get_deterministic
 from .._dtypes import bfloat16
-from .._prepared import PreparedCall, prepare
 from ..errors import InvalidParameterError
 
 
@@ -27,9 +25,10 @@ def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
     else unchanged."""
     if not isinstance(value, torch.Tensor):
         return value
-    if value.device.type != "cpu":
+    if not value.is_cpu:
         raise InvalidParameterError(op, name, "must be a CPU tensor", f"a tensor on {value.device}")
-    value = value.detach()
+    if value.requires_grad:
+        value = value.detach()
     if value.is_conj() or value.is_neg():
         value = value.resolve_conj().resolve_neg()
     if value.dtype == torch.bfloat16:
@@ -39,7 +38,7 @@ def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
 
 def to_tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor over ``array``'s memory (bfloat16 arrays as ``torch.bfloat16``)."""
-    if array.dtype.name == "bfloat16":
+    if array.dtype.kind == "V":  # ml_dtypes' bfloat16, the one such dtype an op returns
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
 
@@ -57,69 +56,28 @@ def _convert_in(value, op, name, originals, outputs=False):
 
 
 def _convert_out(value, originals):
-    if isinstance(value, np.ndarray):
+    if type(value) is np.ndarray:
         original = originals.get(id(value))
         return original if original is not None else to_tensor(value)
-    if isinstance(value, tuple):
+    if type(value) is tuple:
         return tuple(_convert_out(v, originals) for v in value)
     return value
 
 
-def tensor_op(op: str, prepared: bool = False):
+def tensor_op(op: str):
     """``normkern.<op>`` on tensors: tensor arguments as views, outputs as tensors; an ``out=`` tensor (or
-    an updated running statistic) is returned as the very tensor passed.
+    an updated running statistic) is returned as the very tensor passed. A call that repeats an earlier
+    call's signature takes the op's lean path (``normkern._executor.pythonic``), as on arrays."""
+    function = _registry.get(op, "normkern.torch").function
 
-    ``prepared``: keep a prepared call (``normkern.prepare``) per call signature that repeats (shapes, dtypes,
-    the other arguments, the settings), as a layer that sees the same shapes every step wants: its checks and
-    plan are then done once, and each later call only matches its arrays to them."""
-    record = _registry.get(op, "normkern.torch")
-    calls: dict[tuple, PreparedCall] = {}
-    once: set[tuple] = set()
-
-    def run(np_args, np_kwargs):
-        if not prepared:
-            return record.function(*np_args, **np_kwargs)
-        seen: dict[int, int] = {}
-        key = (_signature(np_args, seen), _signature(tuple(np_kwargs.items()), seen), get_default_soc(),
-               get_deterministic())
-        call = calls.get(key)
-        if call is None:
-            if key not in once:  # prepared only once it repeats (a changing momentum=None factor never does)
-                if len(once) >= PREPARED_CALLS:
-                    once.clear()
-                once.add(key)
-                return record.function(*np_args, **np_kwargs)
-            if len(calls) >= PREPARED_CALLS:
-                calls.clear()
-            call = calls[key] = prepare(op, *np_args, **np_kwargs)
-        own = {k: v for k, v in np_kwargs.items() if k not in _registry.COMMON_KEYWORDS or k == "out"}
-        return call(*np_args, **own) if own else call(*np_args)
-
-    @functools.wraps(record.function)
+    @functools.wraps(function)
     def call(*args, **kwargs):
         originals: dict[int, torch.Tensor] = {}
         np_args = [_convert_in(a, op, f"argument {i}", originals) for i, a in enumerate(args)]
-        np_kwargs = {k: _convert_in(v, op, k, originals, outputs=k == "out") for k, v in kwargs.items()}
-        return _convert_out(run(np_args, np_kwargs), originals)
+        if kwargs:
+            kwargs = {k: _convert_in(v, op, k, originals, outputs=k == "out") for k, v in kwargs.items()}
+        return _convert_out(function(*np_args, **kwargs), originals)
 
     call.__doc__ = f"``normkern.{op}`` on CPU tensors (any dtype it takes; bfloat16 included).\n\n" + (
-        record.function.__doc__ or "")
+        function.__doc__ or "")
     return call
-
-
-#: Prepared calls a layer op keeps (one per call signature); past this many they are dropped and made anew.
-PREPARED_CALLS = 256
-
-
-def _signature(values, seen: dict[int, int]) -> tuple:
-    """A hashable description of arguments: arrays by shape, dtype and which earlier argument was the same
-    array (``seen``: its first position), sequences by their items, the rest as they are."""
-    parts = []
-    for value in values:
-        if isinstance(value, np.ndarray):
-            parts.append((value.shape, value.dtype, seen.setdefault(id(value), len(seen))))
-        elif isinstance(value, (tuple, list)):
-            parts.append(_signature(value, seen))
-        else:
-            parts.append(value)
-    return tuple(parts)

@@ -27,12 +27,12 @@ from . import _contract, _layout, _threads
 from ._autograd import differentiable_backward, first_order_only
 from ._tensors import tensor_op, to_numpy
 
-_stats = tensor_op("batch_norm_stats", prepared=True)
-_gather = tensor_op("batch_norm_gather_stats_with_counts", prepared=True)
-_elemt = tensor_op("batch_norm_elemt", prepared=True)
-_reduce = tensor_op("batch_norm_backward_reduce", prepared=True)
-_elemt_backward = tensor_op("batch_norm_backward_elemt", prepared=True)
-_fast_backward = tensor_op("fast_batch_norm_backward", prepared=True)
+_stats = tensor_op("batch_norm_stats")
+_gather = tensor_op("batch_norm_gather_stats_with_counts")
+_elemt = tensor_op("batch_norm_elemt")
+_reduce = tensor_op("batch_norm_backward_reduce")
+_elemt_backward = tensor_op("batch_norm_backward_elemt")
+_fast_backward = tensor_op("fast_batch_norm_backward")
 
 F32 = torch.float32
 

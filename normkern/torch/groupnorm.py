@@ -20,7 +20,7 @@ from . import _contract, _layout
 from ._autograd import differentiable_backward
 from ._tensors import tensor_op
 
-_group_norm_backward = tensor_op("group_norm_backward", prepared=True)
+_group_norm_backward = tensor_op("group_norm_backward")
 
 
 class _GroupNormFunction(torch.autograd.Function):

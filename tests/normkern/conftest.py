@@ -34,9 +34,9 @@ def bits(a):
 
 @pytest.fixture
 def threads():
-    """Run the body at a given Numba thread count, restoring it afterwards."""
-    import numba
+    """Run the body at a given normkern thread count, restoring it afterwards."""
+    import normkern
 
-    before = numba.get_num_threads()
-    yield numba.set_num_threads
-    numba.set_num_threads(before)
+    before = normkern.get_num_threads()
+    yield normkern.set_num_threads
+    normkern.set_num_threads(before)

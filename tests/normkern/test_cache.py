@@ -11,12 +11,12 @@ from pathlib import Path
 from numba.core.dispatcher import Dispatcher
 
 import normkern
-from normkern import _cache
+from normkern.runtime import cache as _cache
 
 _SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from normkern import _cache
+    from normkern.runtime import cache as _cache
     from normkern._lanes import fold_halves
 
     if sys.argv[1] != "same":
@@ -45,7 +45,7 @@ _KEYS = textwrap.dedent("""
     import json, sys
     import normkern
     from numba.core.dispatcher import Dispatcher
-    from normkern import _cache
+    from normkern.runtime import cache as _cache
 
     keys = {}
     for name, module in sorted(sys.modules.items()):

@@ -215,10 +215,10 @@ def test_warmup_reports_each_kernel_call_and_refuses_unknown_ops(capsys):
     assert "[warmup] op must be one of" in capsys.readouterr().err
 
 
-def test_warmup_runs_every_parallel_kernel_of_every_op(monkeypatch, capsys):
-    """Each op's warm-up calls (``OpRecord.warmup``) reach every parallel kernel of its kernel module, on the
-    host's plans and on A2's. The API calls them by module attribute (``_fork`` swaps them there), so a
-    recording stand-in set there sees each call."""
+def test_warmup_runs_every_body_of_every_op(monkeypatch, capsys):
+    """Each op's warm-up calls (``OpRecord.warmup``) reach every per-core body (and every kernel of a
+    one-thread op) of its kernel module, on the host's plans and on A2's. The API calls them by module
+    attribute, so a recording stand-in set there sees each call."""
     called = set()
 
     def recording(key, kernel):
@@ -231,10 +231,11 @@ def test_warmup_runs_every_parallel_kernel_of_every_op(monkeypatch, capsys):
     for name, module in list(sys.modules.items()):
         if name.startswith("normkern.ops.") and name.endswith(".kernel"):
             for attr, value in list(vars(module).items()):
-                if isinstance(value, Dispatcher) and value.targetoptions.get("parallel"):
+                if isinstance(value, Dispatcher) and value.py_func.__module__ == name and (
+                        value.targetoptions.get("nogil") or attr == "gather_stats"):
                     kernels.add((name, attr))
                     monkeypatch.setattr(module, attr, recording((name, attr), value))
-    assert len(kernels) >= 10
+    assert len(kernels) >= 11
     assert main(["warmup", "--dtypes", "float32", "--socs", f"host,{tiling.DEFAULT_SOC}"]) == 0
     assert "training=False" in capsys.readouterr().out
     assert kernels - called == set()

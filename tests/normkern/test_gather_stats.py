@@ -37,7 +37,6 @@ def _run(mean, invstd, counts, running=True, running_dtype=None, **kw):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("soc", ["Ascend950", "Ascend910B2", "host"])
-# (40, 2048) and (300, 300) run on the thread pool (PARALLEL_MIN_ELEMENTS).
 @pytest.mark.parametrize("d, c", [(8, 2048), (3, 5), (300, 64), (65, 7), (40, 2048), (300, 300)])
 def test_kernel_equals_simulator_and_reference(dtype, strategy, soc, d, c):
     mean, invstd, counts = _stats(d, c, dtype, seed=d + c)

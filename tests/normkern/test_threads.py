@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 import normkern
 import tiling
-from normkern import _threads
 from normkern.ops.batch_norm_stats import api as bns_api
 from normkern.ops.fast_batch_norm_backward import api as fbnb_api
 from normkern.ops.group_norm_backward import api as gn_api
+from normkern.runtime import threads as _threads
 
 from .conftest import TINY, bits, make_input
 
@@ -39,19 +39,21 @@ def test_the_a2_batch_norm_stats_split_is_balanced():
 def test_spans_are_kept_per_plan_and_thread_count(threads):
     plan = tiling.plan_batch_norm_stats((8, 64, 4, 4), "float32", "Ascend910B2")
     threads(1)
-    one = _threads.plan_spans(plan, lambda: plan.cached_kernel_args().core_count)
+    one = _threads.plan_spans(plan, lambda: plan.cached_kernel_args().core_count, 1 << 30)
     threads(2)
-    two = _threads.plan_spans(plan, lambda: plan.cached_kernel_args().core_count)
-    assert list(one) == [0, plan.block_dim] and two.shape == (3,)
-    assert _threads.plan_spans(plan, lambda: None) is two                # not recomputed
+    two = _threads.plan_spans(plan, lambda: plan.cached_kernel_args().core_count, 1 << 30)
+    assert one == ((0, plan.block_dim),) and len(two) == 2 and two[0][0] == 0 and two[-1][1] == plan.block_dim
+    assert _threads.plan_spans(plan, lambda: None, 1 << 30) is two                # not recomputed
 
 
-def _skewed(plan, work):
-    """Spans as far from balanced as they go: every core on the last of four threads but one, which
-    runs core 1 alone (the kernels must give the same bits whatever thread runs a core)."""
-    table = np.asarray(work())
-    row = np.array([0, 0, min(1, table.shape[-1]), min(1, table.shape[-1]), table.shape[-1]], np.int64)
-    return row if table.ndim == 1 else np.tile(row, (table.shape[0], 1))
+def _skewed_row(items):
+    """Spans as far from balanced as they go: every core (or group) on the last of four threads but one,
+    which runs core 1 alone (the kernels must give the same bits whatever thread runs a core)."""
+    return np.array([0, 0, min(1, items), min(1, items), items], np.int64)
+
+
+def _skewed(plan, work, nbytes, per_thread):
+    return _skewed_row(np.asarray(work()).shape[-1])
 
 
 @pytest.mark.parametrize("strategy", ["split_c", "split_r"])
@@ -72,7 +74,8 @@ def test_fast_batch_norm_backward_bits_do_not_depend_on_the_threads_cores(shape,
     invstd = rng.uniform(0.5, 2, c).astype(np.float32)
     call = (dy, x, w, mean, invstd, mean, invstd, True, 1e-5)
     balanced = normkern.fast_batch_norm_backward(*call, soc="Ascend910B2")
-    monkeypatch.setattr(fbnb_api, "plan_spans", _skewed)
+    monkeypatch.setattr(fbnb_api, "phase_spans", lambda plan, args, leads, nbytes: tuple(
+        _skewed_row(lead.size or args.phase_core_jobs.shape[1] - 1) for lead in leads))
     skewed = normkern.fast_batch_norm_backward(*call, soc="Ascend910B2")
     assert all(np.array_equal(bits(a), bits(b)) for a, b in zip(balanced, skewed, strict=True))
 

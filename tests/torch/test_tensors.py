@@ -81,28 +81,26 @@ def test_bad_tensors_are_normkern_errors():
 
 
 @pytest.mark.parametrize("op", _registry.names())
-def test_layer_ops_prepare_the_calls_that_repeat_and_give_the_plain_bits(op, monkeypatch):
-    """``tensor_op(op, prepared=True)``, what the layers use: a call signature seen twice gets a prepared call,
-    kept for the calls after it; every call gives the plain op's bits on its own data."""
-    from normkern.torch import _tensors
-
-    made = []
-    real = _tensors.prepare
-    monkeypatch.setattr(_tensors, "prepare", lambda *a, **k: made.append(a[0]) or real(*a, **k))
-    layer_op = _tensors.tensor_op(op, prepared=True)
+def test_repeated_tensor_calls_take_the_lean_path_and_give_the_full_paths_bits(op):
+    """A tensor call that repeats a signature runs as the op's prepared call (``_executor.pythonic``), as an
+    array call does: every call gives the bits of the op's full path (bind, then run) on its own data."""
     record = _registry.get(op)
-    shape = (6, 4) if record.shape_ranks == (2, 2) else (3, 4, 5)
+    shape = (6, 4) if record.shape_ranks == (2, 2) else (3, 5, 7)
     options = {o.dest: o.kwargs.get("default", True) for o in record.options}
+    record.function.forget_repeated()
     for seed in range(4):
         kw = example_inputs(op, shape, seed=seed, **options)
-        plain = _registry.get(op).call(_copy(kw), soc="host", arrival_seed=0)
+        full = _copy(kw)
+        outs = record.function.bind(**full, soc="host", arrival_seed=0).run_private()
+        outs = (outs,) if len(record.outputs) == 1 else outs
+        want = (*outs, *(full.get(name) for name in record.updated))
         tensors = _as_tensors(_copy(kw))
-        got = layer_op(**tensors, soc="host", arrival_seed=0)
+        got = getattr(nt, op)(**tensors, soc="host", arrival_seed=0)
         got = (got,) if len(record.outputs) == 1 else got
         got = (*got, *(tensors.get(name) for name in record.updated))
-        for a, b in zip(got, plain, strict=True):
+        for a, b in zip(got, want, strict=True):
             assert (a is None and b is None) or np.array_equal(nt.to_numpy(a).view(np.uint8), b.view(np.uint8))
-    assert made == [op]  # prepared at the second call, reused by the third and fourth
+        assert len(record.function.repeated) == (seed >= 1)  # prepared at the second call, then reused
 
 
 def _copy(kw):

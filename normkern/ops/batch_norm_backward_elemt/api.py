@@ -26,11 +26,14 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
-from ..._threads import plan_spans
 from ...errors import InvalidParameterError
+from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "batch_norm_backward_elemt"
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
+#: crossover).
+THREAD_BYTES = 6 << 20
 F32 = np.float32
 COUNTER_DTYPES = ("int32", "float16", "float32")
 
@@ -99,14 +102,15 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
                                                                      stats_dtype=stats, devices=counter.size))
 
     def run(workspace, grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, grad_input):
-        def launch(out):
+        def compute(out):
             dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
             x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
             args = plan.cached_kernel_args()
-            kernel.elemt_backward(dy, x, args, plan_spans(plan, lambda: args.core_count),
-                                  *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
+            spans = plan_spans(plan, lambda: args.core_count, 3 * x.nbytes, THREAD_BYTES)
+            launch(kernel.elemt_backward, spans, dy, x, args,
+                   *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
 
-        return elementwise_output(grad_input, input, None if plan.strategy is ElementwiseStrategy.EMPTY else launch)
+        return elementwise_output(grad_input, input, None if plan.strategy is ElementwiseStrategy.EMPTY else compute)
 
     return Executor(OP, plan, run, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd),
                                     ("weight", weight), ("sumDy", sum_dy), ("sumDyXmu", sum_dy_xmu),

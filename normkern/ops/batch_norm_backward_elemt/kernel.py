@@ -3,16 +3,17 @@ one fixed float32 expression per element."""
 
 from __future__ import annotations
 
-from numba import njit, prange
+from numba import njit
 
 from ..._dtypes import from_f32, to_f32
 from ..._views import row_view
+from ...runtime import body
 from ..batch_norm_elemt.kernel import plane_end
 
 
 @njit(cache=True, error_model="numpy")
 def _core(dy, x, args, core, mean, mean_dy, factor, scale, out):
-    """Core ``core``'s range (a function of its own: see ``batch_norm_elemt.kernel._elemt_core``)."""
+    """Core ``core``'s range."""
     like = out[0]
     pos = args.core_start[core]
     end = pos + args.core_count[core]
@@ -27,11 +28,10 @@ def _core(dy, x, args, core, mean, mean_dy, factor, scale, out):
         pos = stop
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def elemt_backward(dy, x, args, spans, mean, mean_dy, factor, scale, out):
+@body
+def elemt_backward(dy, x, args, mean, mean_dy, factor, scale, out, begin, end):
     """out = ((dy - mean_dy) - (x - mean) * factor) * scale, per element (the SyncBatchNormBackwardElemt
     DAG with its per-channel products ``factor = mean_dy_xmu * (invstd * invstd)`` and
     ``scale = invstd * weight`` formed once per channel: the same float32 values it forms per element)."""
-    for t in prange(spans.shape[0] - 1):
-        for core in range(spans[t], spans[t + 1]):
-            _core(dy, x, args, core, mean, mean_dy, factor, scale, out)
+    for core in range(begin, end):
+        _core(dy, x, args, core, mean, mean_dy, factor, scale, out)

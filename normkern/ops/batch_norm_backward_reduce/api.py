@@ -24,12 +24,15 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
-from ..._threads import plan_spans
 from ...errors import InvalidParameterError
+from ...runtime import launch, plan_spans
 from ..batch_norm_stats.api import arrival_order
 from . import kernel
 
 OP = "batch_norm_backward_reduce"
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
+#: crossover).
+THREAD_BYTES = 2 << 20
 F32 = np.float32
 OUTPUTS = ("sumDy", "sumDyXmu", "gradWeight", "gradBias")
 
@@ -104,11 +107,12 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
         s_dy = np.empty(channels, F32)
         s_p = np.empty(channels, F32)
         args = plan.cached_kernel_args()
-        spans = plan_spans(plan, lambda: args.core_count)
+        spans = plan_spans(plan, lambda: args.core_count, 2 * x3.nbytes, THREAD_BYTES)
         if plan.strategy is BatchNormReduceBackwardStrategy.SPLIT_C:
-            kernel.split_c(dy3, x3, args, spans, shift, s_dy, s_p)
+            launch(kernel.split_c, spans, dy3, x3, args, shift, s_dy, s_p)
         else:
-            kernel.split_r(dy3, x3, workspace, args, spans, arrival_order(plan, arrival_seed), shift, s_dy, s_p)
+            launch(kernel.split_r, spans, dy3, x3, workspace, args, shift)
+            kernel.add_partials(workspace, args, arrival_order(plan, arrival_seed), s_dy, s_p)
         xmu = s_p if plan.centered else s_p - mean32 * s_dy
         write_back(zip(targets, (s_dy, xmu, xmu * np.asarray(invstd, F32), s_dy), strict=True))
         return tuple(targets)

@@ -18,11 +18,12 @@ sums at half the speed or less.)
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..._dtypes import to_f32
 from ..._lanes import LANES, fold
 from ..._views import row_view
+from ...runtime import body
 from ..batch_norm_stats.kernel import _add_partials, _plane_row
 
 
@@ -76,26 +77,29 @@ def _channels_sums(dy, x, args, first_c, count_c, first_row, n_rows, shift, sum_
                 _fold_into(lanes, k, sum_dy, sum_p, first_c + k)
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def split_c(dy, x, args, spans, shift, sum_dy, sum_p):
+@body
+def split_c(dy, x, args, shift, sum_dy, sum_p, begin, end):
     """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k])."""
     first = np.int64(0)
-    for t in prange(spans.shape[0] - 1):
-        for core in range(spans[t], spans[t + 1]):
-            _channels_sums(dy, x, args, args.core_start[core], args.core_count[core], first, args.rows_per_channel,
-                           shift, sum_dy, sum_p)
+    for core in range(begin, end):
+        _channels_sums(dy, x, args, args.core_start[core], args.core_count[core], first, args.rows_per_channel,
+                       shift, sum_dy, sum_p)
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def split_r(dy, x, ws, args, spans, order, shift, sum_dy, sum_p):
+@body
+def split_r(dy, x, ws, args, shift, begin, end):
     """Rows over cores: core k sums its rows of every channel into its workspace rows (``sum_offset`` for
-    S_dy, ``sqdev_offset`` for S_p), then the partials are added in ``order[0]`` and ``order[1]``."""
+    S_dy, ``sqdev_offset`` for S_p); ``add_partials`` then adds them in the plan's order."""
     channels = args.c
     first = np.int64(0)
-    for t in prange(spans.shape[0] - 1):
-        for core in range(spans[t], spans[t + 1]):
-            _channels_sums(dy, x, args, first, channels, args.core_start[core], args.core_count[core], shift,
-                           ws[args.sum_offset + core * channels:args.sum_offset + (core + 1) * channels],
-                           ws[args.sqdev_offset + core * channels:args.sqdev_offset + (core + 1) * channels])
-    _add_partials(ws, args.sum_offset, order[0], channels, sum_dy)
-    _add_partials(ws, args.sqdev_offset, order[1], channels, sum_p)
+    for core in range(begin, end):
+        _channels_sums(dy, x, args, first, channels, args.core_start[core], args.core_count[core], shift,
+                       ws[args.sum_offset + core * channels:args.sum_offset + (core + 1) * channels],
+                       ws[args.sqdev_offset + core * channels:args.sqdev_offset + (core + 1) * channels])
+
+
+@njit(cache=True, error_model="numpy")
+def add_partials(ws, args, order, sum_dy, sum_p):
+    """The two sums' core partials added in ``order[0]`` and ``order[1]`` (core order, or arrival order)."""
+    _add_partials(ws, args.sum_offset, order[0], args.c, sum_dy)
+    _add_partials(ws, args.sqdev_offset, order[1], args.c, sum_p)

@@ -26,11 +26,14 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
-from ..._threads import plan_spans
 from ...errors import InvalidParameterError
+from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "batch_norm_elemt"
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
+#: crossover).
+THREAD_BYTES = 6 << 20
 F32 = np.float32
 
 
@@ -85,13 +88,13 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
     plan = planned(OP, lambda: tiling.plan_batch_norm_elemt(input.shape, data, spec, forced, stats_dtype=stats))
 
     def run(workspace, input, weight, bias, mean, invstd, output):
-        def launch(out):
+        def compute(out):
             x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
             args = plan.cached_kernel_args()
-            kernel.elemt(x, args, plan_spans(plan, lambda: args.core_count),
-                         *channel_factors(plan, weight, bias, mean, invstd, eps), out)
+            launch(kernel.elemt, plan_spans(plan, lambda: args.core_count, 2 * x.nbytes, THREAD_BYTES), x, args,
+                   *channel_factors(plan, weight, bias, mean, invstd, eps), out)
 
-        return elementwise_output(output, input, None if plan.strategy is ElementwiseStrategy.EMPTY else launch)
+        return elementwise_output(output, input, None if plan.strategy is ElementwiseStrategy.EMPTY else compute)
 
     return Executor(OP, plan, run, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
                                     ("invstd", invstd), ("output", output)), outputs=1, overlaps=overlaps)

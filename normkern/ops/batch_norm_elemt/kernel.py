@@ -2,16 +2,17 @@
 
 Each core of the plan owns one flat element range (``core_start``, ``core_count``); the range crosses
 planes of ``HxW`` elements, and each plane takes its channel's float32 coefficients. Every element is
-one fixed float32 expression, so neither the split nor the thread count changes a bit; ``prange``
-runs over the CPU threads, each over a run of the plan's cores (``_threads``).
+one fixed float32 expression, so neither the split nor the thread count changes a bit; the body runs
+a run of the plan's cores ``[begin, end)`` (``normkern.runtime``).
 """
 
 from __future__ import annotations
 
-from numba import njit, prange
+from numba import njit
 
 from ..._dtypes import from_f32, to_f32
 from ..._views import row_view
+from ...runtime import body
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -23,9 +24,7 @@ def plane_end(pos, end, hxw):
 
 @njit(cache=True, error_model="numpy")
 def _elemt_core(x, args, core, mean, scale, weight, bias, out):
-    """Core ``core``'s range. A function of its own, not inlined: the bounds checks of CI's checked run
-    then raise in here, and the ``prange`` loop that calls it keeps a single exit (else Numba runs it
-    serially)."""
+    """Core ``core``'s range (BatchNormElemtBackward's body walks its cores the same way)."""
     like = out[0]
     pos = args.core_start[core]
     end = pos + args.core_count[core]
@@ -42,9 +41,8 @@ def _elemt_core(x, args, core, mean, scale, weight, bias, out):
         pos = stop
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def elemt(x, args, spans, mean, scale, weight, bias, out):
+@body
+def elemt(x, args, mean, scale, weight, bias, out, begin, end):
     """out = ((x - mean) * scale) * weight + bias, per element; x and out flat, the rest (C,) float32."""
-    for t in prange(spans.shape[0] - 1):
-        for core in range(spans[t], spans[t + 1]):
-            _elemt_core(x, args, core, mean, scale, weight, bias, out)
+    for core in range(begin, end):
+        _elemt_core(x, args, core, mean, scale, weight, bias, out)

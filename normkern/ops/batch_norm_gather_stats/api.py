@@ -31,8 +31,6 @@ from . import kernel
 
 OP = "batch_norm_gather_stats_with_counts"
 F32 = np.float32
-#: Below this many statistics the thread-pool launch costs more than the work.
-PARALLEL_MIN_ELEMENTS = 1 << 16
 
 
 _NO_RUNNING = np.empty(0, F32)
@@ -46,10 +44,10 @@ def _allowed_dtypes(names: tuple[str, ...]) -> tuple[np.dtype, ...]:
 
 
 def _plan(devices, channels, dtype, spec, forced, momentum, eps):
-    """The plan, with its kernel arguments for the thread pool and inline, both made once per plan."""
+    """The plan, with its kernel arguments for a run on one thread (made once per plan)."""
     plan = planned(OP, lambda: tiling.plan_batch_norm_gather_stats_with_counts(
         devices, channels, dtype_name(dtype), spec, forced, momentum=momentum, eps=eps))
-    return plan.memo("launch", lambda: (plan, plan.cached_kernel_args(), plan.inline_kernel_args()))
+    return plan.memo("launch", lambda: (plan, plan.inline_kernel_args()))
 
 
 def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
@@ -114,7 +112,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
     _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
-    plan, args_parallel, args_inline = _plan(mean.shape[0], channels, mean.dtype, spec, forced, momentum, eps)
+    plan, args = _plan(mean.shape[0], channels, mean.dtype, spec, forced, momentum, eps)
     out_dtype = mean.dtype
 
     def run(workspace, input, mean, invstd, running_mean, running_var, counts, mean_all, invstd_all):
@@ -129,13 +127,9 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
         update = running_mean is not None
         rm = f32_buffer(running_mean, channels, copy=True) if update else _NO_RUNNING
         rv = f32_buffer(running_var, channels, copy=True) if update else _NO_RUNNING
-        if mean.size >= PARALLEL_MIN_ELEMENTS:
-            launch, args = kernel.gather_stats, args_parallel
-        else:
-            launch, args = kernel.gather_stats_inline, args_inline
         # eps and momentum go in as Python floats; the kernel rounds them to float32 (cheaper than here).
-        launch(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32), np.ascontiguousarray(counts, F32),
-               workspace, args, eps, momentum, m32, s32, rm, rv, update)
+        kernel.gather_stats(np.ascontiguousarray(mean, F32), np.ascontiguousarray(invstd, F32),
+                            np.ascontiguousarray(counts, F32), workspace, args, eps, momentum, m32, s32, rm, rv, update)
         write_back(((mean_out, m32), (invstd_out, s32), (running_mean, rm), (running_var, rv)))
         return mean_out, invstd_out
 

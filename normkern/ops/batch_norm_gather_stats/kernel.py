@@ -11,13 +11,15 @@ With ``w[n] = counts[n]``, ``W = sum_n w[n]`` (devices in order), per channel ``
 
 Channel-split plans add devices in order inside one core; device-split plans give each core a
 block of devices, write one partial row per block to the workspace, and add the rows in block
-order. ``prange`` runs over the plan's cores; each writes only its channels or its own row.
+order. The kernel runs on the calling thread, the plan's cores in order (its work, D x C statistics,
+is below what a second thread pays for, ``normkern.runtime.threads``); each core writes only its channels
+or its own row.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 
 @njit(cache=True, error_model="numpy")
@@ -93,8 +95,9 @@ def _channel_sums(acc, mean_all, mean, invstd, counts, c0, c1, total, eps):
         _deviations_into(acc, mean[n, c0:c1], invstd[n, c0:c1], counts[n], mean_all, eps)
 
 
-def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
-    """``args`` is the plan's ``kernel_args()`` (or ``inline_kernel_args()`` for the inline run)."""
+@njit(cache=True, error_model="numpy")
+def gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invstd_out, run_mean, run_var, update):
+    """``args`` is the plan's ``inline_kernel_args()``."""
     eps = np.float32(eps)
     momentum = np.float32(momentum)
     devices = args.n
@@ -107,7 +110,7 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
         total += counts[n]
     if args.split_n == 0:
         sums = np.zeros(channels, np.float32)  # one slice per core: each core writes only its channels
-        for core in prange(cores):
+        for core in range(cores):
             c0 = core_start[core]
             c1 = c0 + core_count[core]
             acc = sums[c0:c1]
@@ -124,7 +127,7 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
     partials = ws[offset:offset + (blocks + 2) * pitch]
     mean_row = partials[blocks * pitch:blocks * pitch + channels]      # the two rows after the block partials
     var_row = partials[(blocks + 1) * pitch:(blocks + 1) * pitch + channels]
-    for core in prange(blocks):  # cores past the device split are idle: they own no row
+    for core in range(blocks):  # cores past the device split are idle: they own no row
         part = partials[core * pitch:core * pitch + channels]
         part[:] = 0.0
         for n in range(core_start[core], core_start[core] + core_count[core]):
@@ -133,7 +136,7 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
     for c in range(channels):
         mean_row[c] = mean_row[c] / total
         mean_out[c] = mean_row[c]
-    for core in prange(blocks):
+    for core in range(blocks):
         part = partials[core * pitch:core * pitch + channels]
         part[:] = 0.0
         for n in range(core_start[core], core_start[core] + core_count[core]):
@@ -141,8 +144,3 @@ def _gather_stats(mean, invstd, counts, ws, args, eps, momentum, mean_out, invst
     _add_block_rows(partials, blocks, pitch, var_row)
     _finish(var_row, mean_row, total, eps, momentum, invstd_out, run_mean, run_var, update)
 
-
-#: The same function on the thread pool, and run inline for problems too small to pay for a launch;
-#: the order of every addition is the plan's either way.
-gather_stats = njit(parallel=True, cache=True, error_model="numpy")(_gather_stats)
-gather_stats_inline = njit(cache=True, error_model="numpy")(_gather_stats)

@@ -24,11 +24,13 @@ from ..._checks import (
 )
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
-from ..._threads import plan_spans
 from ...errors import InvalidParameterError
+from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "batch_norm_stats"
+#: Input bytes a thread must have to pay for its launch (docs/performance.md, the thread crossover).
+THREAD_BYTES = 1 << 20
 
 
 def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarray:
@@ -86,12 +88,15 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
         else:
             x3 = kernel_view(np.ascontiguousarray(x)).reshape(plan.n, plan.c, plan.hxw)
             args = plan.cached_kernel_args()
-            spans = plan_spans(plan, lambda: args.core_count)
+            spans = plan_spans(plan, lambda: args.core_count, x3.nbytes, THREAD_BYTES)
             if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
-                kernel.split_c(x3, args, spans, eps32, mean_out, invstd_out)
+                launch(kernel.split_c, spans, x3, args, eps32, mean_out, invstd_out)
             else:
                 order = arrival_order(plan, arrival_seed)
-                kernel.split_r(x3, workspace, args, spans, order, eps32, mean_out, invstd_out)
+                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, False)
+                kernel.split_r_mean(workspace, args, order[0], mean_out)
+                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, True)
+                kernel.split_r_invstd(workspace, args, order[1], eps32, invstd_out)
         write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 

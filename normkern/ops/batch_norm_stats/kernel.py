@@ -7,18 +7,19 @@ Per channel ``c`` over the ``R = N*HxW`` elements (float32 throughout)::
 
 Each sum follows the plan's tree: 64 lanes per UB block (``_lanes``), block sums in block order,
 and for ``split_r``/``atomic`` per-core partials in the workspace, added in the given order
-(core order, or the arrival order of an atomic plan). ``prange`` runs over the CPU threads, each
-thread over a run of the plan's cores (``_threads``); each core writes only its own channels or its
-own workspace row.
+(core order, or the arrival order of an atomic plan). The bodies run a run of the plan's cores
+``[begin, end)`` (``normkern.runtime``); each core writes only its own channels or its own workspace
+row. ``split_r`` is two launches, each followed by its combine.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..._lanes import LANES, accumulate, accumulate_prefetching, accumulate_sqdev, fold, prefetch_row
 from ..._views import row_view
+from ...runtime import body
 
 #: Pass 1 prefetches rows shorter than this many elements PREFETCH_AHEAD rows ahead, whole, into
 #: every cache level; a longer row asks for the next one into L2 piece by piece as it sums. Each plane
@@ -78,20 +79,18 @@ def _invstd(sqdev_sum, count, eps):
     return np.float32(1.0) / np.sqrt(sqdev_sum / count + eps)
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def split_c(x, args, spans, eps, mean_out, invstd_out):
-    """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k]);
-    thread t runs cores [spans[t], spans[t + 1]) (``_threads``)."""
+@body
+def split_c(x, args, eps, mean_out, invstd_out, begin, end):
+    """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k])."""
     count = np.float32(args.count)
     first = np.int64(0)  # a literal 0 would compile _rows_sum apart from split_r's int64 (2.5 s a first call)
-    for t in prange(spans.shape[0] - 1):
-        lanes = np.empty(LANES, np.float32)
-        for core in range(spans[t], spans[t + 1]):
-            for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-                mean = _rows_sum(x, c, first, args.rows_per_channel, args, lanes, np.float32(0.0), False) / count
-                sqdev = _rows_sum(x, c, first, args.rows_per_channel, args, lanes, mean, True)
-                mean_out[c] = mean
-                invstd_out[c] = _invstd(sqdev, count, eps)
+    lanes = np.empty(LANES, np.float32)
+    for core in range(begin, end):
+        for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            mean = _rows_sum(x, c, first, args.rows_per_channel, args, lanes, np.float32(0.0), np.bool_(False)) / count
+            sqdev = _rows_sum(x, c, first, args.rows_per_channel, args, lanes, mean, np.bool_(True))
+            mean_out[c] = mean
+            invstd_out[c] = _invstd(sqdev, count, eps)
 
 
 @njit(cache=True, error_model="numpy")
@@ -104,27 +103,32 @@ def _add_partials(ws, offset, order, channels, totals):
         totals[c] = total
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def split_r(x, ws, args, spans, order, eps, mean_out, invstd_out):
-    """Rows over cores; ``order[p]`` is the order in which pass ``p`` adds the core partials; thread
-    t runs cores [spans[t], spans[t + 1])."""
+@body
+def split_r_sums(x, ws, args, mean, squared, begin, end):
+    """Rows over cores, one pass: core k's partial of every channel into workspace row k (the sums, or with
+    ``squared`` the squared deviations from ``mean``)."""
     channels = args.c
+    offset = args.sqdev_offset if squared else args.sum_offset
+    lanes = np.empty(LANES, np.float32)
+    for core in range(begin, end):
+        for c in range(channels):
+            ws[offset + core * channels + c] = _rows_sum(x, c, args.core_start[core], args.core_count[core], args,
+                                                         lanes, mean[c], squared)
+
+
+@njit(cache=True, error_model="numpy")
+def split_r_mean(ws, args, order, mean_out):
+    """The pass-1 partials added in ``order``, over the count: the mean."""
+    _add_partials(ws, args.sum_offset, order, args.c, mean_out)
     count = np.float32(args.count)
-    for t in prange(spans.shape[0] - 1):
-        lanes = np.empty(LANES, np.float32)
-        for core in range(spans[t], spans[t + 1]):
-            for c in range(channels):
-                ws[args.sum_offset + core * channels + c] = _rows_sum(
-                    x, c, args.core_start[core], args.core_count[core], args, lanes, np.float32(0.0), False)
-    _add_partials(ws, args.sum_offset, order[0], channels, mean_out)
-    for c in range(channels):
+    for c in range(args.c):
         mean_out[c] = mean_out[c] / count
-    for t in prange(spans.shape[0] - 1):
-        lanes = np.empty(LANES, np.float32)
-        for core in range(spans[t], spans[t + 1]):
-            for c in range(channels):
-                ws[args.sqdev_offset + core * channels + c] = _rows_sum(
-                    x, c, args.core_start[core], args.core_count[core], args, lanes, mean_out[c], True)
-    _add_partials(ws, args.sqdev_offset, order[1], channels, invstd_out)
-    for c in range(channels):
+
+
+@njit(cache=True, error_model="numpy")
+def split_r_invstd(ws, args, order, eps, invstd_out):
+    """The pass-2 partials added in ``order``: the inverse standard deviation."""
+    _add_partials(ws, args.sqdev_offset, order, args.c, invstd_out)
+    count = np.float32(args.count)
+    for c in range(args.c):
         invstd_out[c] = _invstd(invstd_out[c], count, eps)

@@ -27,11 +27,14 @@ from ..._checks import (
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
 from ..._streaming import worth_streaming
-from ..._threads import plan_spans
 from ...errors import InvalidParameterError
+from ...runtime import runs_of, thread_spans, threads_for
 from . import kernel
 
 OP = "fast_batch_norm_backward"
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
+#: crossover).
+THREAD_BYTES = 3 << 20
 F32 = np.float32
 DTYPES = ("float32", "float16", "bfloat16")
 OUTPUTS = ("gradInput", "gradWeight", "gradBias")
@@ -68,6 +71,27 @@ def _check_attributes(training, eps, version) -> float:
     eps = check_real(OP, "eps", eps)
     check_int(OP, "version", version, "must be an int (CANN ignores its value)")
     return eps
+
+
+def phase_spans(plan, args, leads, nbytes: int) -> tuple[np.ndarray, ...]:
+    """Each phase's thread spans for a call touching ``nbytes``: over its cores by their work, or, for a
+    cross-core phase, over its groups by theirs (kept per plan and thread count)."""
+    threads = threads_for(nbytes, THREAD_BYTES)
+
+    def spans():
+        work = core_work(args)
+        pairs = args.job_channel_count * args.job_block_count
+        rows = []
+        for phase, phase_leads in enumerate(leads):
+            if phase_leads.size:
+                sizes = args.job_group_size[phase_leads]
+                rows.append(runs_of(thread_spans([pairs[lead:lead + size].sum() for lead, size
+                                                  in zip(phase_leads, sizes, strict=True)], threads)))
+            else:
+                rows.append(runs_of(thread_spans(work[phase], threads)))
+        return tuple(rows)
+
+    return plan.memo(("phase_spans", threads), spans)
 
 
 def core_work(args) -> np.ndarray:
@@ -209,10 +233,10 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         row = args.hw_block if args.split_hw else args.b1
         stream = direct and plan.training and worth_streaming(dx3, STREAM_MIN_BYTES) \
             and row * dx3.itemsize >= STREAM_MIN_ROW_BYTES
-        kernel.backward(kernel, plan.memo("phase_leads", lambda: kernel.phase_leads(args)), kernel_view(dy3),
-                        kernel_view(x3), kernel_view(dx3), workspace, args,
-                        plan_spans(plan, lambda: core_work(args)), mean, scale, w, plan.training, mask[0], gw, gb,
-                        stream)
+        leads = plan.memo("phase_leads", lambda: kernel.phase_leads(args))
+        spans = phase_spans(plan, args, leads, dy3.nbytes + x3.nbytes + dx3.nbytes)
+        kernel.backward(leads, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args, spans, mean,
+                        scale, w, plan.training, mask[0], gw, gb, stream)
         if mask[0] and not direct:
             gi[...] = unfused_view(plan, dx3)
         results = [gi, grad_weight, grad_bias]

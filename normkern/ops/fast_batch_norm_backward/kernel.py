@@ -15,8 +15,8 @@ compute it. Both sums follow the plan: a core's UB passes are added elementwise 
 buffers of ``fold_len`` elements (plane ``j`` of a pass at offset ``j * b1_align``), which are then
 reduced by one fold-halves ReduceSum each. In a cross-core phase each core writes its two partials
 to its workspace slot; after the phase (the NPU's SyncAll) every core of a group adds the group's
-slots in core order, and computes dx for its own blocks. ``prange`` runs over the CPU threads,
-each over a run of the plan's cores (``_threads``), or over the channel groups.
+slots in core order, and computes dx for its own blocks. A phase is a per-core body
+(``normkern.runtime``) over a run of the plan's cores, or over a run of its channel groups.
 
 The math of one row is in ``rows.py``; ``sweeps.py`` holds the speed-only variants, which make the
 same additions per position with fewer loads and stores. Rows are taken with ``row_view`` (no
@@ -26,13 +26,14 @@ reference counting): on short rows (7x7 planes) Numba's slices cost more than th
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import overload
 
 from tiling.fast_batch_norm_backward import PassGeometry
 
 from ..._lanes import fold_capacity, fold_halves
 from ..._views import row_view
+from ...runtime import body, launch
 from .rows import F32, _add_row, _add_row_infer, _dx_row, _pass_extent, _pass_step, _row_start
 from .sweeps import (
     PAD_GROUP,
@@ -312,49 +313,47 @@ _whole_jobs_inference, _group_inference = _phase_bodies(True)
 
 
 def _phase_kernel(inference: bool):
-    """The parallel kernel of a phase for one pass (``channels_training``, ``channels_inference``). Its
-    closure holds only the flag: Numba's cache key holds the closure's values, and a dispatcher's pickle
-    differs from process to process (a closure over the bodies would never load from the cache)."""
+    """The body of a phase for one pass (``channels_training``, ``channels_inference``). Its closure holds
+    only the flag: Numba's cache key holds the closure's values, and a dispatcher's pickle differs from
+    process to process (a closure over the bodies would never load from the cache)."""
 
-    def channels(dy, x, dx, ws, args, offsets, bounds, leads, mean, scale, weight, write_dx, grad_weight, grad_bias,
-                 stream):
+    def channels(dy, x, dx, ws, args, offsets, leads, mean, scale, weight, write_dx, grad_weight, grad_bias, stream,
+                 begin, end):
         """One phase (core ``k``'s jobs are ``offsets[k]:offsets[k + 1]``). A single-core phase (no ``leads``)
-        runs thread by thread: thread ``t`` the jobs of cores [bounds[t], bounds[t + 1]) in core order
-        (``_threads``; a thread's cores are adjacent, so are their jobs). A cross-core phase runs group by
-        group, ``leads`` their first jobs (each group on one thread: its members' partials, the combine, then
-        their dx, while the channel is in cache). One parallel loop for both kinds, its bodies inlined: a
-        second parfor would compile the reduction's callers again."""
-        items = bounds.shape[0] - 1 if leads.shape[0] == 0 else leads.shape[0]
-        for t in prange(items):
-            if leads.shape[0] == 0:
-                jobs = range(offsets[bounds[t]], offsets[bounds[t + 1]])
-                if inference:  # a closure constant: the other pass's branch is pruned before it compiles
-                    _whole_jobs_inference(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight,
-                                          grad_bias, stream)
-                else:
-                    _whole_jobs_training(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight,
-                                         grad_bias, stream)
-            elif inference:
+        runs the jobs of cores [begin, end) in core order (adjacent cores, adjacent jobs). A cross-core phase
+        runs the groups [begin, end), ``leads`` their first jobs (a group on one thread: its members'
+        partials, the combine, then their dx, while the channel is in cache)."""
+        if leads.shape[0] == 0:
+            jobs = range(offsets[begin], offsets[end])
+            if inference:  # a closure constant: the other pass's branch is pruned before it compiles
+                _whole_jobs_inference(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight, grad_bias,
+                                      stream)
+            else:
+                _whole_jobs_training(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight, grad_bias,
+                                     stream)
+            return
+        for t in range(begin, end):
+            if inference:
                 _group_inference(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight,
                                  grad_bias, stream)
             else:
                 _group_training(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight, grad_bias,
                                 stream)
 
-    return njit(parallel=True, cache=True, error_model="numpy")(channels)
+    return body(channels)
 
 
 channels_training = _phase_kernel(False)
 channels_inference = _phase_kernel(True)
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def whole_planes(dy, x, dx, args, offsets, bounds, mean, scale, weight, training, write_dx, grad_weight, grad_bias):
+@body
+def whole_planes(dy, x, dx, args, offsets, mean, scale, weight, training, write_dx, grad_weight, grad_bias, begin,
+                 end):
     """A single-core phase of a plan whose every pass is one whole plane (the host's short planes), as
-    ``channels`` runs one: a kernel of its own, so such a plan compiles only its one-plane channel code."""
-    for t in prange(bounds.shape[0] - 1):
-        _whole_plane_jobs(dy, x, dx, args, range(offsets[bounds[t]], offsets[bounds[t + 1]]), mean, scale, weight,
-                          training, write_dx, grad_weight, grad_bias)
+    ``channels`` runs one: a body of its own, so such a plan compiles only its one-plane channel code."""
+    _whole_plane_jobs(dy, x, dx, args, range(offsets[begin], offsets[end]), mean, scale, weight, training, write_dx,
+                      grad_weight, grad_bias)
 
 
 def phase_leads(args) -> tuple[np.ndarray, ...]:
@@ -367,16 +366,16 @@ def phase_leads(args) -> tuple[np.ndarray, ...]:
     return tuple(leads)
 
 
-def backward(kernels, leads, dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight,
-             grad_bias, stream):
-    """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes, ``kernels``
-    this module (its parallel kernels are looked up per call: a forked child swaps them, ``_fork``),
-    ``leads`` the plan's ``phase_leads``.
+def backward(leads, dy, x, dx, ws, args, spans, mean, scale, weight, training, write_dx, grad_weight, grad_bias,
+             stream):
+    """Run every phase of the plan; ``dy``, ``x``, ``dx`` are (B0, C, B1) views in kernel dtypes, ``leads``
+    the plan's ``phase_leads``, ``spans[phase]`` the phase's thread spans (over its cores, or over its groups
+    for a cross-core phase).
 
     ``grad_weight`` / ``grad_bias`` are float32 (C,); ``write_dx`` False leaves ``dx`` untouched;
     ``stream`` writes the training dx with streaming stores (``_dx_job_streamed``), a hint: the same bits.
     The single-core phases of a one-plane plan run ``whole_planes``, every other phase ``channels_training``
-    or ``channels_inference``: a call compiles only the kernels its plan and its pass use. The additions are
+    or ``channels_inference``: a call compiles only the bodies its plan and its pass use. The additions are
     the plan's either way: every member's partial is its own blocks in its own order, and a group's slots are
     added in core order.
     """
@@ -384,9 +383,8 @@ def backward(kernels, leads, dy, x, dx, ws, args, spans, mean, scale, weight, tr
     for phase, phase_leads in enumerate(leads):
         offsets = args.phase_core_jobs[phase]
         if planes and not phase_leads.size:
-            kernels.whole_planes(dy, x, dx, args, offsets, spans[phase], mean, scale, weight, training, write_dx,
-                                 grad_weight, grad_bias)
+            launch(whole_planes, spans[phase], dy, x, dx, args, offsets, mean, scale, weight, training, write_dx,
+                   grad_weight, grad_bias)
         else:
-            channels = kernels.channels_training if training else kernels.channels_inference
-            channels(dy, x, dx, ws, args, offsets, spans[phase], phase_leads, mean, scale, weight, write_dx,
-                     grad_weight, grad_bias, stream)
+            launch(channels_training if training else channels_inference, spans[phase], dy, x, dx, ws, args, offsets,
+                   phase_leads, mean, scale, weight, write_dx, grad_weight, grad_bias, stream)

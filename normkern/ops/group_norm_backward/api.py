@@ -26,11 +26,14 @@ from ..._checks import (
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
 from ..._streaming import worth_streaming
-from ..._threads import plan_spans
 from ...errors import InvalidParameterError
+from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "group_norm_backward"
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
+#: crossover).
+THREAD_BYTES = 3 << 20
 F32 = np.float32
 #: mean dtypes allowed beside each grad_out dtype where the support table allows mixed precision.
 MIXED = {"float32": ("float32",), "float16": ("float16", "float32"), "bfloat16": ("bfloat16", "float32")}
@@ -189,10 +192,10 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
     dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), grad_out.dtype)
     m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
     partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
-    spans = plan_spans(plan, lambda: args.core_count)
+    spans = plan_spans(plan, lambda: args.core_count, dy3.nbytes + x3.nbytes + dx3.nbytes, THREAD_BYTES)
     stream = direct and worth_streaming(dx3, STREAM_MIN_BYTES)
-    kernel.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, spans, mask[0], partials,
-                  dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES, stream)
+    launch(kernel.stage1, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, mask[0],
+           partials, dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES, stream)
     if mask[0] and not direct:
         gi[...] = dx3.reshape(gi.shape)
     dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)

@@ -17,22 +17,22 @@ Kahan compensation, as ``CopyIn_x`` / ``Copyout_dgamma``). dx in the formula of 
 every operation rounded to float32 in that order. The task partials then reach grad_gamma /
 grad_beta through the plan's second stage (pairs of batches onto workspace rows, the rows folded in
 UB batches, halves or arrival order), see ``pair_rows``, ``stage2_rows`` and ``add_in_order``
-below. ``prange`` runs over the CPU threads in stage 1, each over a run of the plan's cores and
-their tasks (``_threads``). Stage 2 runs its cores' channel chunks one after another: it adds
-ceil(N/2) rows of C partials, about 1/HxW of stage 1's work, and as a parallel loop it cost a
-second of the first call's compile.
+below. Stage 1 is a per-core body: it runs a run of the plan's cores and their tasks
+(``normkern.runtime``). Stage 2 runs its cores' channel chunks one after another on the calling
+thread: it adds ceil(N/2) rows of C partials, about 1/HxW of stage 1's work.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import overload
 
 from ..._dtypes import from_f32, to_f32
 from ..._lanes import fold_capacity, fold_halves, prefetch_l2_piece
 from ..._streaming import line_span, store_fence, stream_out
 from ..._views import row_view
+from ...runtime import body
 
 F32 = np.float32
 
@@ -89,9 +89,7 @@ def _fill_row(buf_dy, buf_dg, dy, x, start, n, r, neg_mr, ahead):
 def _channel_sums(dy, x, row, n, r, neg_mr, mode, chunk, buf_dy, buf_dg, ahead):
     """(dbeta, dgamma) of the channel at flat offset ``row`` (``n`` elements): the row (mode 3: each
     chunk) copied to two UB-like buffers in one pass, then each folded; ``ahead`` prefetches while
-    filling (``_fill_ahead``). One pass reads dy once instead of twice. The rows are
-    ``row_view``s made here, not in the caller's ``prange`` body, where the range check of a
-    bounds-checked build would be an exit that stops the loop from running in parallel."""
+    filling (``_fill_ahead``). One pass reads dy once instead of twice."""
     if mode == 5:
         d = to_f32(row_view(dy, row, 1)[0])
         return d, (to_f32(row_view(x, row, 1)[0]) * r + neg_mr) * d
@@ -217,42 +215,41 @@ def _dx_task(dy, x, dx, first, c_g, hxw, mode, align, m, r, neg_mr, gamma, c1, c
                      neg_mr, gamma[j], c1, c2)
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def stage1(dy, x, dx, mean, rstd, gamma, args, spans, write_dx, partials, ahead, stream):
+@body
+def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream, begin, end):
     """Every task's (dgamma, dbeta) partials of its C_G channels into ``partials[t]``, and its dx.
 
     ``dy``, ``x``, ``dx`` are (N*G, C_G, HxW) views in kernel dtypes; ``mean``, ``rstd`` (N*G,) and
     ``gamma`` (C,) are float32. ``partials`` is (N*G, 2, C_G): what each core's UB holds before its
     atomic copy-out (a CPU has no atomic float add, so the adds are made afterwards, in order).
-    Thread ``i`` runs the tasks of cores [spans[i], spans[i + 1]) (``_threads``), core by core.
+    The body runs the tasks of cores [begin, end), core by core (``normkern.runtime``).
     ``ahead`` prefetches while filling (``_fill_ahead``) and ``stream`` writes dx with streaming stores
     (``_dx_streamed``): hints, the same bits either way.
     """
     c_g = args.c_g
     scale = F32(c_g * args.hxw)
     width = fold_capacity(args.chunk if args.mode == 3 else args.hxw)
-    for thread in prange(spans.shape[0] - 1):
-        buf_dy = np.empty(width, F32)
-        buf_dg = np.empty(width, F32)
-        small = np.empty(fold_capacity(c_g), F32)
-        scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize if stream else 0, dx.dtype)
-        for core in range(spans[thread], spans[thread + 1]):
-            for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-                m, r = mean[t], rstd[t]
-                neg_mr = (F32(-1.0) * m) * r
-                dgamma = partials[t, 0]
-                dbeta = partials[t, 1]
-                _task_sums(dy, x, t * c_g, c_g, args.hxw, r, neg_mr, args.mode, args.chunk, buf_dy, buf_dg, ahead,
-                           dbeta, dgamma)
-                if not write_dx:
-                    continue
-                gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
-                c1 = _group_factor(gam, dbeta, c_g, scale, small)
-                c2 = _group_factor(gam, dgamma, c_g, scale, small)
-                _dx_task(dy, x, dx, t * c_g, c_g, args.hxw, args.mode, args.align, m, r, neg_mr, gam, c1, c2, scratch,
-                         stream)
-        if stream:
-            store_fence()
+    buf_dy = np.empty(width, F32)
+    buf_dg = np.empty(width, F32)
+    small = np.empty(fold_capacity(c_g), F32)
+    scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize if stream else 0, dx.dtype)
+    for core in range(begin, end):
+        for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            m, r = mean[t], rstd[t]
+            neg_mr = (F32(-1.0) * m) * r
+            dgamma = partials[t, 0]
+            dbeta = partials[t, 1]
+            _task_sums(dy, x, t * c_g, c_g, args.hxw, r, neg_mr, args.mode, args.chunk, buf_dy, buf_dg, ahead,
+                       dbeta, dgamma)
+            if not write_dx:
+                continue
+            gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
+            c1 = _group_factor(gam, dbeta, c_g, scale, small)
+            c2 = _group_factor(gam, dgamma, c_g, scale, small)
+            _dx_task(dy, x, dx, t * c_g, c_g, args.hxw, args.mode, args.align, m, r, neg_mr, gam, c1, c2, scratch,
+                     stream)
+    if stream:
+        store_fence()
 
 
 @njit(cache=True, error_model="numpy")

@@ -1,4 +1,4 @@
-"""Numba's on-disk cache, keyed by the compiled helpers as well as by each kernel's own code.
+"""The cache: Numba's on-disk cache, keyed by the compiled helpers as well as by each kernel's own code.
 
 Numba files a cached kernel under its own source file and bytecode. The helpers every kernel
 compiles in (``_lanes``, ``_dtypes``, ``_views``, ``_streaming``, an op's own row modules, and the
@@ -38,7 +38,8 @@ def helpers_digest() -> str:
     import tiling
 
     digest = hashlib.sha256()
-    for folder, names in ((Path(__file__).parent, HELPER_MODULES), (Path(tiling.__file__).parent, TILING_MODULES)):
+    package = Path(__file__).parent.parent
+    for folder, names in ((package, HELPER_MODULES), (Path(tiling.__file__).parent, TILING_MODULES)):
         for name in names:
             digest.update((folder / name).read_bytes())
     return digest.hexdigest()

@@ -1,0 +1,115 @@
+"""How many CPU threads a call runs on, and which thread runs which of a plan's cores.
+
+A plan has the SoC's cores (48 on an A2); the CPU runs them on up to :func:`get_num_threads` threads.
+Each thread takes one contiguous run of cores of about equal work (:func:`thread_spans`): with cores
+of unequal work (BatchNormStats 64x128x56x56 on the A2 plan: 32 cores of 3 channels and 16 of 2) an
+equal *number* of cores a thread would not finish together. Every core still does exactly its plan
+share and writes only its own rows, so which thread runs it changes no bit, and a deterministic plan
+gives the same bits at any thread count.
+
+Handing work to another thread costs more than a small call's whole work (20-40 us a launch on this
+project's machine, ``launch.py``), so a call uses one more thread only for each ``per_thread`` bytes it
+touches (:func:`threads_for`; each op passes the figure measured for its kernels, about where one thread
+runs 80-150 us: docs/performance.md); a smaller call runs on the calling thread alone.
+
+The thread count is a setting of the calling context, as the determinism switch (``_config``): one thread's
+:func:`set_num_threads` never changes another thread's calls. The default is Numba's configured thread
+count (``NUMBA_NUM_THREADS``, else the CPU's), which is also the ``host`` SoC's vector-core count.
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+import numba
+import numpy as np
+
+import tiling
+
+from .launch import runs_of
+
+#: The most threads a call may use: Numba's configured count (read once; the ``host`` SoC reads the same).
+MAX_THREADS = max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+#: One more thread per this many bytes read and written, where an op names no figure of its own.
+BYTES_PER_THREAD = 2 * 1024 * 1024
+
+#: (threads, exact): the most threads a call uses, and whether every call uses that many whatever its size.
+_threads = contextvars.ContextVar("normkern_threads", default=(MAX_THREADS, False))
+
+
+class _Restore:
+    """Returned by :func:`set_num_threads`: ``with set_num_threads(n): ...`` puts the old count back."""
+
+    def __init__(self, value: tuple[int, bool]) -> None:
+        self._token = _threads.set(value)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _threads.reset(self._token)
+
+
+def check_threads(value, caller: str = "set_num_threads") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_THREADS:
+        raise ValueError(f"{caller}: threads must be an int in 1..{MAX_THREADS} (NUMBA_NUM_THREADS), got {value!r}")
+    return int(value)
+
+
+def set_num_threads(threads: int, *, exact: bool = False) -> _Restore:
+    """Run this thread's (context's) later calls on at most ``threads`` CPU threads (``exact``: on exactly
+    ``threads``, however small the call, as the determinism checker runs them); as a context manager,
+    restore the previous setting on exit."""
+    return _Restore((check_threads(threads), bool(exact)))
+
+
+def get_num_threads() -> int:
+    """The most CPU threads this thread's (context's) calls run on."""
+    return _threads.get()[0]
+
+
+def threads_for(nbytes: int, per_thread: int = BYTES_PER_THREAD) -> int:
+    """The threads a call touching ``nbytes`` uses: one per ``per_thread`` bytes, at least one, at most
+    :func:`get_num_threads` (exactly that many when it was set ``exact``)."""
+    threads, exact = _threads.get()
+    return threads if exact else max(1, min(threads, nbytes // per_thread))
+
+
+def thread_spans(work, threads: int) -> np.ndarray:
+    """Boundaries ``b`` (``threads + 1`` int64): thread ``t`` runs cores ``[b[t], b[t + 1])``.
+
+    ``work[k]`` is core k's share (channels, rows, tasks). Boundary ``t`` is the core boundary whose
+    work prefix is nearest to ``t / threads`` of the total, so no thread is more than one core's work
+    off its share. Threads beyond the cores get empty runs.
+    """
+    prefix = np.concatenate(([0], np.cumsum(np.asarray(work, np.int64))))
+    cores = prefix.shape[0] - 1
+    bounds = np.empty(threads + 1, np.int64)
+    bounds[0] = 0
+    for t in range(1, threads):
+        target = prefix[-1] * t / threads
+        k = int(np.searchsorted(prefix, target))
+        if k > 0 and target - prefix[k - 1] <= prefix[k] - target:
+            k -= 1
+        bounds[t] = min(max(k, bounds[t - 1]), cores)
+    bounds[threads] = cores
+    return bounds
+
+
+def plan_spans(plan: tiling.Plan, work, nbytes: int, per_thread: int = BYTES_PER_THREAD) -> tuple:
+    """The runs of :func:`thread_spans` of ``work()`` (``launch.runs_of``) for the threads a call of ``nbytes``
+    uses, kept per plan and count: what ``launch`` takes.
+
+    ``work()`` gives the cores' work, (cores,), or (phases, cores) for a plan whose phases each spread over
+    the cores (then a tuple of runs a phase). It is a callable so that it runs once per plan and thread
+    count, not per call."""
+    threads = threads_for(nbytes, per_thread)
+
+    def spans() -> tuple:
+        table = np.asarray(work())
+        if table.ndim == 1:
+            return runs_of(thread_spans(table, threads))
+        return tuple(runs_of(thread_spans(row, threads)) for row in table)
+
+    return plan.memo(("thread_spans", threads), spans)
