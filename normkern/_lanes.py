@@ -206,6 +206,17 @@ def fold_halves(buf, length, used):
     return _fold_halves(buf, length, used)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def fold_short(buf, used):
+    """``fold_halves(buf, used, used)`` of a buffer of at most 64 used elements (``buf`` holds 64 at least),
+    in registers, inlined: for the kernels whose every fold is of a short row, which then compile no
+    out-of-line fold."""
+    _check_width(buf, LANES)
+    if used >= LANES:
+        return _sum64(buf)
+    return _sum64_first(buf, used)
+
+
 @njit(cache=True, error_model="numpy")
 def _fold_halves(buf, length, used):
     """ReduceSum of ``buf[0:length]`` in the A2 fold-halves order; returns the sum, destroys ``buf``.

@@ -47,7 +47,7 @@ def _reference(kw):
                                               kw["training"], kw["eps"])
 
 
-def _example(shape, dtype, rng, *, eps, training=True):
+def _example(shape, dtype, rng, *, eps, training=True, output_mask=None):
     x = activations(rng, shape, dtype)
     dy = gradients(rng, shape, dtype)
     axes = (0, *range(2, len(shape)))
@@ -56,7 +56,7 @@ def _example(shape, dtype, rng, *, eps, training=True):
     return {"grad_out": dy, "input": x, "weight": rng.uniform(0.5, 2, shape[1]).astype(np.float32),
             "running_mean": mean.astype(np.float32), "running_var": var.astype(np.float32),
             "save_mean": mean.astype(np.float32), "save_invstd": (1 / np.sqrt(var + eps)).astype(np.float32),
-            "training": training, "eps": eps}
+            "training": training, "eps": eps, **({} if output_mask is None else {"output_mask": tuple(output_mask)})}
 
 
 RECORD = register(OpRecord(
@@ -66,8 +66,13 @@ RECORD = register(OpRecord(
     reference=_reference, example=_example,
     bytes_moved=lambda kw: bytes_moved(kw["input"].shape, kw["input"].dtype),
     options=(Option("--inference", "training", dict(action="store_false", help="run with training=False")),),
-    # training and inference compile apart; on the host, planes of up to HOST_PLANE_PASS_MAX elements run
-    # their own kernel (``whole_planes``), longer ones the general one
-    warmup=tuple((shape, {"training": training}) for shape in ((4, 8, 6, 6), (2, 4, 40, 40))
-                 for training in (True, False)),
+    # every body: training and inference (with and without dx) compile apart; on the host, planes of up to
+    # 64 and of up to HOST_PLANE_PASS_MAX elements run their own (``whole_planes_short``, ``whole_planes``),
+    # longer ones the general phases, single-core and (A2's 2x2x100x100 plan) cross-core; a float32 dx of 16 MiB
+    # is streamed (``api.STREAM_MIN_BYTES``)
+    warmup=(*(((4, 8, 6, 6), {"training": training}) for training in (True, False)),
+            ((2, 4, 12, 12), {"training": True}), ((2, 4, 12, 12), {"training": False}),
+            *(((2, 2, 100, 100), {"training": training}) for training in (True, False)),
+            ((2, 2, 100, 100), {"training": False, "output_mask": (False, True, True)}),
+            ((2, 2, 1024, 1024), {"training": True})),
 ))

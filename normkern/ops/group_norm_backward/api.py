@@ -194,8 +194,13 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
     partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
     spans = plan_spans(plan, lambda: args.core_count, dy3.nbytes + x3.nbytes + dx3.nbytes, THREAD_BYTES)
     stream = direct and worth_streaming(dx3, STREAM_MIN_BYTES)
-    launch(kernel.stage1, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, mask[0],
-           partials, dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES, stream)
+    ahead = dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES
+    if kernel.short_rows(args, ahead, stream):
+        launch(kernel.stage1_short, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args,
+               mask[0], partials)
+    else:
+        launch(kernel.stage1, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args,
+               mask[0], partials, ahead, stream)
     if mask[0] and not direct:
         gi[...] = dx3.reshape(gi.shape)
     dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)

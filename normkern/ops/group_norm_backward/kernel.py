@@ -29,7 +29,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from ..._dtypes import from_f32, to_f32
-from ..._lanes import fold_capacity, fold_halves, prefetch_l2_piece
+from ..._lanes import LANES, fold_capacity, fold_halves, fold_short, prefetch_l2_piece
 from ..._streaming import line_span, store_fence, stream_out
 from ..._views import row_view
 from ...runtime import body
@@ -250,6 +250,50 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream
                      stream)
     if stream:
         store_fence()
+
+
+@body
+def stage1_short(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, begin, end):
+    """``stage1`` of a plan whose rows and groups are short (modes 0-2, HxW and C_G of at most 64 elements,
+    no prefetch, plain dx stores: ``short_rows``): every fold in registers, inlined. The same additions in
+    the same order as ``stage1``; a body of its own, so that such a call (small images: 7x7 to 8x8
+    planes) compiles none of the general body's out-of-line folds, chunked rows, prefetching fill and
+    streamed dx."""
+    c_g = args.c_g
+    hxw = args.hxw
+    scale = F32(c_g * hxw)
+    buf_dy = np.empty(LANES, F32)
+    buf_dg = np.empty(LANES, F32)
+    small = np.empty(LANES, F32)
+    for core in range(begin, end):
+        for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            m, r = mean[t], rstd[t]
+            neg_mr = (F32(-1.0) * m) * r
+            dgamma = partials[t, 0]
+            dbeta = partials[t, 1]
+            for j in range(c_g):
+                row = (t * c_g + j) * hxw
+                _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
+                dbeta[j] = fold_short(buf_dy, hxw)
+                dgamma[j] = fold_short(buf_dg, hxw)
+            if not write_dx:
+                continue
+            gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
+            for j in range(c_g):
+                small[j] = gam[j] * dbeta[j]
+            c1 = fold_short(small, c_g) / scale
+            for j in range(c_g):
+                small[j] = gam[j] * dgamma[j]
+            c2 = fold_short(small, c_g) / scale
+            for j in range(c_g):
+                row = (t * c_g + j) * hxw
+                _dx_rows(row_view(dy, row, hxw), row_view(x, row, hxw), row_view(dx, row, hxw), hxw, args.mode,
+                         (j * hxw) % args.align == 0, m, r, neg_mr, gam[j], c1, c2)
+
+
+def short_rows(args, ahead: bool, stream: bool) -> bool:
+    """Whether ``stage1_short`` runs the plan (and ``stage1`` would run none of its own other paths)."""
+    return args.mode in (0, 1, 2) and args.hxw <= LANES and args.c_g <= LANES and not ahead and not stream
 
 
 @njit(cache=True, error_model="numpy")
