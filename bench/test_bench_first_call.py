@@ -64,3 +64,76 @@ def test_first_call(environment, op, shape, options, dtype):
             "cold_import_s": round(cold["import_s"], 2), "warm_first_call_s": round(warm["first_call_s"], 3),
             "warm_numpy_s": round(warm["numpy_s"], 2), "warm_import_s": round(warm["import_s"], 2),
             "warm_total_s": round(warm["total_s"], 2)})
+
+
+#: A PyTorch user's first training step: a small CNN with two norm layers (conv 3->16, norm, ReLU, conv
+#: 16->32, norm, ReLU, pool, linear) on an 8x3x16x16 batch, forward, backward and an SGD step.
+_STEP = """
+import json, sys, time
+start = time.perf_counter()
+import torch
+import normkern.torch as nt
+imported = time.perf_counter()
+layer = sys.argv[1]
+torch.manual_seed(0)
+def norm(c):
+    return {"BatchNorm2d": lambda: nt.BatchNorm2d(c), "GroupNorm": lambda: nt.GroupNorm(4, c),
+            "torch.nn.BatchNorm2d": lambda: torch.nn.BatchNorm2d(c)}[layer]()
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), norm(16), torch.nn.ReLU(),
+                            torch.nn.Conv2d(16, 32, 3, padding=1), norm(32), torch.nn.ReLU(),
+                            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
+def step():
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+began = time.perf_counter()
+step()
+first = time.perf_counter()
+step()
+second = time.perf_counter()
+print(json.dumps({"import_s": imported - start, "first_step_s": first - began,
+                  "second_step_ms": (second - first) * 1e3}))
+"""
+
+
+@pytest.mark.parametrize("layer", ["BatchNorm2d", "GroupNorm", "torch.nn.BatchNorm2d"])
+def test_first_training_step(environment, layer):
+    """Target: a cold first step (empty Numba cache) <= 4 s with either normkern layer."""
+    with tempfile.TemporaryDirectory() as cache:
+        runs = [json.loads(subprocess.run([sys.executable, "-c", _STEP, layer], capture_output=True, text=True,
+                                          check=True, env={"NUMBA_CACHE_DIR": cache, "PATH": "/usr/bin:/bin"},
+                                          timeout=600).stdout) for _ in range(2)]
+    record({"layer": layer, "cold_first_step_s": round(runs[0]["first_step_s"], 2),
+            "warm_first_step_s": round(runs[1]["first_step_s"], 3),
+            "second_step_ms": round(runs[1]["second_step_ms"], 2), "warm_import_s": round(runs[1]["import_s"], 2)})
+
+
+#: Numba's own floor for a warm fresh process: numpy, numba, and one call of a one-line cached kernel.
+_FLOOR = """
+import json, time
+start = time.perf_counter()
+import numpy
+import numba
+imported = time.perf_counter()
+@numba.njit(cache=True, nogil=True)
+def one(x):
+    return x[0] + 1.0
+one(numpy.ones(1))
+called = time.perf_counter()
+print(json.dumps({"import_s": imported - start, "first_call_s": called - imported, "total_s": called - start}))
+"""
+
+
+def test_numba_floor(environment, tmp_path):
+    """What a warm fresh process costs with Numba alone (the warm-process target is this plus 0.05 s)."""
+    script = tmp_path / "floor.py"
+    script.write_text(_FLOOR)
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    runs = [json.loads(subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
+                                      env=env, timeout=300).stdout) for _ in range(4)]
+    warm = min(runs[1:], key=lambda r: r["total_s"])
+    record({"floor": "numpy + numba + one cached call", "warm_total_s": round(warm["total_s"], 2),
+            "warm_import_s": round(warm["import_s"], 2), "warm_first_call_s": round(warm["first_call_s"], 3)})

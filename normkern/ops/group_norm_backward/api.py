@@ -195,9 +195,10 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
     spans = plan_spans(plan, lambda: args.core_count, dy3.nbytes + x3.nbytes + dx3.nbytes, THREAD_BYTES)
     stream = direct and worth_streaming(dx3, STREAM_MIN_BYTES)
     ahead = dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES
-    if kernel.short_rows(args, ahead, stream):
-        launch(kernel.stage1_short, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args,
-               mask[0], partials)
+    body = kernel.stage1_body(args, ahead, stream)
+    if body is not kernel.stage1:
+        launch(body, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, mask[0],
+               partials)
     else:
         launch(kernel.stage1, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args,
                mask[0], partials, ahead, stream)

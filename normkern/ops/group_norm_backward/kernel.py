@@ -252,48 +252,60 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream
         store_fence()
 
 
-@body
-def stage1_short(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, begin, end):
-    """``stage1`` of a plan whose rows and groups are short (modes 0-2, HxW and C_G of at most 64 elements,
-    no prefetch, plain dx stores: ``short_rows``): every fold in registers, inlined. The same additions in
-    the same order as ``stage1``; a body of its own, so that such a call (small images: 7x7 to 8x8
-    planes) compiles none of the general body's out-of-line folds, chunked rows, prefetching fill and
-    streamed dx."""
-    c_g = args.c_g
-    hxw = args.hxw
-    scale = F32(c_g * hxw)
-    buf_dy = np.empty(LANES, F32)
-    buf_dg = np.empty(LANES, F32)
-    small = np.empty(LANES, F32)
-    for core in range(begin, end):
-        for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            m, r = mean[t], rstd[t]
-            neg_mr = (F32(-1.0) * m) * r
-            dgamma = partials[t, 0]
-            dbeta = partials[t, 1]
-            for j in range(c_g):
-                row = (t * c_g + j) * hxw
-                _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
-                dbeta[j] = fold_short(buf_dy, hxw)
-                dgamma[j] = fold_short(buf_dg, hxw)
-            if not write_dx:
-                continue
-            gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
-            for j in range(c_g):
-                small[j] = gam[j] * dbeta[j]
-            c1 = fold_short(small, c_g) / scale
-            for j in range(c_g):
-                small[j] = gam[j] * dgamma[j]
-            c2 = fold_short(small, c_g) / scale
-            for j in range(c_g):
-                row = (t * c_g + j) * hxw
-                _dx_rows(row_view(dy, row, hxw), row_view(x, row, hxw), row_view(dx, row, hxw), hxw, args.mode,
-                         (j * hxw) % args.align == 0, m, r, neg_mr, gam[j], c1, c2)
+def _stage1_rows(short: bool):
+    """``stage1`` of a plan whose rows are filled and folded whole, as in modes 0-2 without prefetching and
+    with plain dx stores (``rows_only``): the same additions in the same order, with none of the general
+    body's chunked rows, prefetching fill and streamed dx compiled in. ``short`` (HxW and C_G of at most
+    64 elements, as 7x7 and 8x8 planes): every fold in registers, inlined, no out-of-line fold compiled
+    either. The flag is a closure constant, the closure's only value."""
+
+    def stage1_rows(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, begin, end):
+        c_g = args.c_g
+        hxw = args.hxw
+        scale = F32(c_g * hxw)
+        buf_dy = np.empty(fold_capacity(hxw), F32)
+        buf_dg = np.empty(fold_capacity(hxw), F32)
+        small = np.empty(fold_capacity(c_g), F32)
+        for core in range(begin, end):
+            for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+                m, r = mean[t], rstd[t]
+                neg_mr = (F32(-1.0) * m) * r
+                dgamma = partials[t, 0]
+                dbeta = partials[t, 1]
+                for j in range(c_g):
+                    row = (t * c_g + j) * hxw
+                    _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
+                    if short:
+                        dbeta[j], dgamma[j] = fold_short(buf_dy, hxw), fold_short(buf_dg, hxw)
+                    else:
+                        dbeta[j], dgamma[j] = fold_halves(buf_dy, hxw, hxw), fold_halves(buf_dg, hxw, hxw)
+                if not write_dx:
+                    continue
+                gam = gamma[(t % args.g) * c_g:(t % args.g + 1) * c_g]
+                for j in range(c_g):
+                    small[j] = gam[j] * dbeta[j]
+                c1 = (fold_short(small, c_g) if short else fold_halves(small, c_g, c_g)) / scale
+                for j in range(c_g):
+                    small[j] = gam[j] * dgamma[j]
+                c2 = (fold_short(small, c_g) if short else fold_halves(small, c_g, c_g)) / scale
+                for j in range(c_g):
+                    row = (t * c_g + j) * hxw
+                    _dx_rows(row_view(dy, row, hxw), row_view(x, row, hxw), row_view(dx, row, hxw), hxw, args.mode,
+                             (j * hxw) % args.align == 0, m, r, neg_mr, gam[j], c1, c2)
+
+    return body(stage1_rows)
 
 
-def short_rows(args, ahead: bool, stream: bool) -> bool:
-    """Whether ``stage1_short`` runs the plan (and ``stage1`` would run none of its own other paths)."""
-    return args.mode in (0, 1, 2) and args.hxw <= LANES and args.c_g <= LANES and not ahead and not stream
+stage1_rows = _stage1_rows(False)
+stage1_short = _stage1_rows(True)
+
+
+def stage1_body(args, ahead: bool, stream: bool):
+    """The stage-1 body of a call: ``stage1_short`` or ``stage1_rows`` for rows filled and folded whole
+    (modes 0-2, no prefetch, plain dx stores), else the general ``stage1``."""
+    if args.mode in (0, 1, 2) and not ahead and not stream:
+        return stage1_short if args.hxw <= LANES and args.c_g <= LANES else stage1_rows
+    return stage1
 
 
 @njit(cache=True, error_model="numpy")

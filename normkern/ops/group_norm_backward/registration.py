@@ -69,6 +69,9 @@ RECORD = register(OpRecord(
     bytes_moved=lambda kw: bytes_moved(kw["N"], kw["C"], kw["HxW"], kw["input"].dtype),
     shape_help="N,C[,spatial...], the input's shape, with --group", shape_ranks=(2, 8),
     options=(Option("--group", "group", dict(type=int, default=1, help="the number of groups (default 1)")),),
-    # rows and groups of at most 64 elements run ``stage1_short``, longer ones ``stage1``
-    warmup=(((4, 8, 6, 6), {"group": 2}), ((2, 4, 10, 10), {"group": 2})), arrival=arrival_order,
+    # whole rows of at most 64 elements run ``stage1_short``, longer ones ``stage1_rows``, HxW == 1 (mode 5)
+    # and chunked rows (mode 3, A2's planes beyond the UB) the general ``stage1``
+    warmup=(((4, 8, 6, 6), {"group": 2}), ((2, 4, 10, 10), {"group": 2}), ((4, 8), {"group": 2}),
+            ((1, 2, 128, 128), {"group": 1})),
+    arrival=arrival_order,
 ))
