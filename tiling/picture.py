@@ -16,7 +16,14 @@ Three panels under a legend of the plan's key facts:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
+from html import escape as _html_escape
+
+
+def _escape(text: str) -> str:
+    """``&``, ``<`` and ``>`` as XML entities (``xml.sax.saxutils.escape``, without the import of ``xml.sax``
+    that every ``import normkern`` would pay for)."""
+    return _html_escape(text, quote=False)
+
 
 WIDTH = 960
 _MARGIN = 20
@@ -51,7 +58,7 @@ def core_colour(core: int) -> str:
 
 def _text(x: float, y: float, text: str, size: int = 12, anchor: str = "start", weight: str = "normal") -> str:
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" font-weight="{weight}" '
-            f'font-family="monospace">{escape(text)}</text>')
+            f'font-family="monospace">{_escape(text)}</text>')
 
 
 def _bytes(n: int) -> str:
@@ -192,7 +199,7 @@ def _workspace(plan, top: float) -> tuple[list[str], float]:
     x = _MARGIN
     for name, offset, nbytes, colour in parts:
         w = 140 + max(spare, 0) * nbytes / total
-        out.append(f'<rect class="region" data-name="{escape(name)}" data-offset="{offset}" data-bytes="{nbytes}" '
+        out.append(f'<rect class="region" data-name="{_escape(name)}" data-offset="{offset}" data-bytes="{nbytes}" '
                    f'x="{x:.1f}" y="{top}" width="{w:.1f}" height="34" fill="{colour}" stroke="#555"/>')
         out.append(_text(x + 4, top + 14, name, 11))
         out.append(_text(x + 4, top + 28, f"@{offset} {_bytes(nbytes)}", 10))

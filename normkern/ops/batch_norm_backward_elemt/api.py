@@ -31,9 +31,9 @@ from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "batch_norm_backward_elemt"
-#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
-#: crossover).
-THREAD_BYTES = 6 << 20
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
+#: "Threads").
+THREAD_BYTES = 8 << 20
 F32 = np.float32
 COUNTER_DTYPES = ("int32", "float16", "float32")
 

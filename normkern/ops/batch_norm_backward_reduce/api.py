@@ -30,9 +30,9 @@ from ..batch_norm_stats.api import arrival_order
 from . import kernel
 
 OP = "batch_norm_backward_reduce"
-#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
-#: crossover).
-THREAD_BYTES = 2 << 20
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
+#: "Threads").
+THREAD_BYTES = 1 << 20
 F32 = np.float32
 OUTPUTS = ("sumDy", "sumDyXmu", "gradWeight", "gradBias")
 

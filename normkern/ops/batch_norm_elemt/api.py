@@ -31,8 +31,8 @@ from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "batch_norm_elemt"
-#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
-#: crossover).
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
+#: "Threads").
 THREAD_BYTES = 6 << 20
 F32 = np.float32
 

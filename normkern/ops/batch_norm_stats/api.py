@@ -29,8 +29,8 @@ from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "batch_norm_stats"
-#: Input bytes a thread must have to pay for its launch (docs/performance.md, the thread crossover).
-THREAD_BYTES = 1 << 20
+#: Input bytes a thread must have to pay for its launch (docs/performance.md, "Threads").
+THREAD_BYTES = 384 << 10
 
 
 def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarray:

@@ -32,9 +32,9 @@ from ...runtime import runs_of, thread_spans, threads_for
 from . import kernel
 
 OP = "fast_batch_norm_backward"
-#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
-#: crossover).
-THREAD_BYTES = 3 << 20
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
+#: "Threads").
+THREAD_BYTES = 3 << 19  # 1.5 MiB
 F32 = np.float32
 DTYPES = ("float32", "float16", "bfloat16")
 OUTPUTS = ("gradInput", "gradWeight", "gradBias")

@@ -31,9 +31,9 @@ from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "group_norm_backward"
-#: Bytes read and written a thread must have to pay for its launch (docs/performance.md, the thread
-#: crossover).
-THREAD_BYTES = 3 << 20
+#: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
+#: "Threads").
+THREAD_BYTES = 1 << 20
 F32 = np.float32
 #: mean dtypes allowed beside each grad_out dtype where the support table allows mixed precision.
 MIXED = {"float32": ("float32",), "float16": ("float16", "float32"), "bfloat16": ("bfloat16", "float32")}
