@@ -215,6 +215,13 @@ def _dx_task(dy, x, dx, first, c_g, hxw, mode, align, m, r, neg_mr, gamma, c1, c
                      neg_mr, gamma[j], c1, c2)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _task(mean, rstd, partials, t):
+    """Task ``t``'s statistics, ``-mean * rstd`` and its (dgamma, dbeta) partial rows."""
+    m, r = mean[t], rstd[t]
+    return m, r, (F32(-1.0) * m) * r, partials[t, 0], partials[t, 1]
+
+
 @body
 def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream, begin, end):
     """Every task's (dgamma, dbeta) partials of its C_G channels into ``partials[t]``, and its dx.
@@ -235,10 +242,7 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream
     scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize if stream else 0, dx.dtype)
     for core in range(begin, end):
         for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-            m, r = mean[t], rstd[t]
-            neg_mr = (F32(-1.0) * m) * r
-            dgamma = partials[t, 0]
-            dbeta = partials[t, 1]
+            m, r, neg_mr, dgamma, dbeta = _task(mean, rstd, partials, t)
             _task_sums(dy, x, t * c_g, c_g, args.hxw, r, neg_mr, args.mode, args.chunk, buf_dy, buf_dg, ahead,
                        dbeta, dgamma)
             if not write_dx:
@@ -254,7 +258,7 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream
 
 def _stage1_rows(short: bool):
     """``stage1`` of a plan whose rows are filled and folded whole, as in modes 0-2 without prefetching and
-    with plain dx stores (``rows_only``): the same additions in the same order, with none of the general
+    with plain dx stores (``stage1_body``): the same additions in the same order, with none of the general
     body's chunked rows, prefetching fill and streamed dx compiled in. ``short`` (HxW and C_G of at most
     64 elements, as 7x7 and 8x8 planes): every fold in registers, inlined, no out-of-line fold compiled
     either. The flag is a closure constant, the closure's only value."""
@@ -268,10 +272,7 @@ def _stage1_rows(short: bool):
         small = np.empty(fold_capacity(c_g), F32)
         for core in range(begin, end):
             for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-                m, r = mean[t], rstd[t]
-                neg_mr = (F32(-1.0) * m) * r
-                dgamma = partials[t, 0]
-                dbeta = partials[t, 1]
+                m, r, neg_mr, dgamma, dbeta = _task(mean, rstd, partials, t)
                 for j in range(c_g):
                     row = (t * c_g + j) * hxw
                     _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
