@@ -22,11 +22,12 @@ from ..errors import InvalidParameterError
 
 def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
     """A CPU tensor as a NumPy view of its storage (detached; bfloat16 as ``ml_dtypes.bfloat16``); anything
-    else unchanged."""
+    else unchanged. ``name`` (an int: a positional argument's position) names the tensor in an error."""
     if not isinstance(value, torch.Tensor):
         return value
     if not value.is_cpu:
-        raise InvalidParameterError(op, name, "must be a CPU tensor", f"a tensor on {value.device}")
+        raise InvalidParameterError(op, name if isinstance(name, str) else f"argument {name}", "must be a CPU tensor",
+                                    f"a tensor on {value.device}")
     if value.requires_grad:
         value = value.detach()
     if value.is_conj() or value.is_neg():
@@ -44,6 +45,8 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
 
 
 def _convert_in(value, op, name, originals, outputs=False):
+    """``value`` with its tensors as arrays, each remembered in ``originals``; ``name`` is the parameter's
+    name, or an int: the position of a positional argument (its name made only for an error)."""
     if isinstance(value, torch.Tensor):
         if not outputs and value.dim() >= 2:
             value = value.contiguous()  # the tensor itself when it already is
@@ -73,7 +76,7 @@ def tensor_op(op: str):
     @functools.wraps(function)
     def call(*args, **kwargs):
         originals: dict[int, torch.Tensor] = {}
-        np_args = [_convert_in(a, op, f"argument {i}", originals) for i, a in enumerate(args)]
+        np_args = [_convert_in(a, op, i, originals) for i, a in enumerate(args)]
         if kwargs:
             kwargs = {k: _convert_in(v, op, k, originals, outputs=k == "out") for k, v in kwargs.items()}
         return _convert_out(function(*np_args, **kwargs), originals)
