@@ -9,9 +9,9 @@ calling thread.
 The workers are Python threads that call the body, which releases the GIL while it runs. Between launches
 a worker waits for the next one in native code, spinning (``wait_for``) for :data:`SPIN_US` and then
 sleeping on a condition, so an idle pool takes no CPU from PyTorch's threads or another rank's; the
-launching thread waits for the workers the same way. Spinning first matters on machines where waking a
-sleeping thread is slow (about 20 us a wake-up on this project's virtual machines, against a
-kernel's few hundred): a layer's calls come in bursts, each launch a few microseconds after the last.
+launching thread waits for the workers the same way. Spinning first matters where waking a sleeping
+thread is slow (virtual machines; docs/performance.md, "The runtime", has the figures): a layer's calls
+come in bursts, each launch a few microseconds after the last.
 
 Nothing of the pool survives a fork: the child starts with an empty pool and makes its own workers when it
 first needs them. A launch that finds the pool busy (another Python thread's launch) runs every run on its

@@ -7,10 +7,10 @@ equal *number* of cores a thread would not finish together. Every core still doe
 share and writes only its own rows, so which thread runs it changes no bit, and a deterministic plan
 gives the same bits at any thread count.
 
-Handing work to another thread costs more than a small call's whole work (20-40 us a launch on this
-project's machine, ``launch.py``), so a call uses one more thread only for each ``per_thread`` bytes it
-touches (:func:`threads_for`; each op passes the figure measured for its kernels, about where one thread
-runs 80-150 us: docs/performance.md); a smaller call runs on the calling thread alone.
+Handing work to another thread costs more than a small call's whole work (``launch.py``), so a call
+uses one more thread only for each ``per_thread`` bytes it touches (:func:`threads_for`; each op passes
+the figure measured for its kernels: docs/performance.md, "The runtime"); a smaller call runs on the
+calling thread alone.
 
 The thread count is a setting of the calling context, as the determinism switch (``_config``): one thread's
 :func:`set_num_threads` never changes another thread's calls. The default is Numba's configured thread

@@ -32,7 +32,7 @@ from . import kernel
 
 OP = "batch_norm_backward_elemt"
 #: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
-#: "Threads").
+#: "The runtime").
 THREAD_BYTES = 8 << 20
 F32 = np.float32
 COUNTER_DTYPES = ("int32", "float16", "float32")

@@ -31,7 +31,7 @@ from . import kernel
 
 OP = "batch_norm_backward_reduce"
 #: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
-#: "Threads").
+#: "The runtime").
 THREAD_BYTES = 1 << 20
 F32 = np.float32
 OUTPUTS = ("sumDy", "sumDyXmu", "gradWeight", "gradBias")

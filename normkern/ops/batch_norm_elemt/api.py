@@ -32,7 +32,7 @@ from . import kernel
 
 OP = "batch_norm_elemt"
 #: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
-#: "Threads").
+#: "The runtime").
 THREAD_BYTES = 6 << 20
 F32 = np.float32
 

@@ -29,7 +29,8 @@ from ...runtime import launch, plan_spans
 from . import kernel
 
 OP = "batch_norm_stats"
-#: Input bytes a thread must have to pay for its launch (docs/performance.md, "Threads").
+#: Input bytes a thread must have to pay for its launch (docs/performance.md,
+#: "The runtime").
 THREAD_BYTES = 384 << 10
 
 

@@ -33,7 +33,7 @@ from . import kernel
 
 OP = "fast_batch_norm_backward"
 #: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
-#: "Threads").
+#: "The runtime").
 THREAD_BYTES = 3 << 19  # 1.5 MiB
 F32 = np.float32
 DTYPES = ("float32", "float16", "bfloat16")

@@ -32,7 +32,7 @@ from . import kernel
 
 OP = "group_norm_backward"
 #: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
-#: "Threads").
+#: "The runtime").
 THREAD_BYTES = 1 << 20
 F32 = np.float32
 #: mean dtypes allowed beside each grad_out dtype where the support table allows mixed precision.
