@@ -169,7 +169,7 @@ def pythonic(bind: Callable[..., Executor]) -> Callable:
 
     @functools.wraps(bind)
     def op(*args, **kwargs):
-        key = call_key(args, kwargs, {})
+        key = call_key(args, kwargs)
         if key is not None:
             key = (key, soc_setting.get(), deterministic_setting.get())
             call = repeated.get(key)

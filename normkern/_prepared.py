@@ -114,10 +114,7 @@ class PreparedCall:
                         raise InvalidParameterError(self.op, self._flat_name(i), "must be the same array as "
                                                     f"{self._flat_name(group[0])}, as in the prepared call",
                                                     "another array")
-        written, read = self._overlaps
-        if written:  # outputs of the caller's: the op's own overlap rule, on this call's arrays
-            check_overlaps(self.op, tuple((n, arrays[i]) for n, i in written), tuple((n, arrays[i]) for n, i in read))
-        return self._executor.run_with(arrays)
+        return self._run(arrays)
 
     def repeat(self, args: tuple, kwargs: dict):
         """Run on the arrays of a call whose ``call_key`` equals the prepared call's (every shape, dtype,
@@ -126,8 +123,11 @@ class PreparedCall:
         for array, slots in zip(_arrays_in((*args, *kwargs.values())), self._repeat_slots, strict=True):
             for i in slots:
                 arrays[i] = array
+        return self._run(arrays)
+
+    def _run(self, arrays: list):
         written, read = self._overlaps
-        if written:
+        if written:  # outputs of the caller's: the op's own overlap rule, on this call's arrays
             check_overlaps(self.op, tuple((n, arrays[i]) for n, i in written), tuple((n, arrays[i]) for n, i in read))
         return self._executor.run_with(arrays)
 
@@ -165,10 +165,11 @@ def _op_signature(function) -> inspect.Signature:
     return signature
 
 
-def call_key(args, kwargs, seen: dict[int, int]):
+def call_key(args, kwargs):
     """What a later call must repeat to run as a prepared call of this one: every array by exact type, shape,
-    dtype, strides, writeability and which earlier argument was the same array (``seen``: its first position);
+    dtype, strides, writeability and which earlier argument was the same array (by its first position);
     sequences by their items; everything else as it is. None when a value cannot be a key (a mutable one)."""
+    seen: dict[int, int] = {}
     try:
         key = (_describe_all(args, seen), _describe_all(kwargs.values(), seen), tuple(kwargs))
         hash(key)

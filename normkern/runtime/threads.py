@@ -101,15 +101,15 @@ def plan_spans(plan: tiling.Plan, work, nbytes: int, per_thread: int = BYTES_PER
     """The runs of :func:`thread_spans` of ``work()`` (``launch.runs_of``) for the threads a call of ``nbytes``
     uses, kept per plan and count: what ``launch`` takes.
 
-    ``work()`` gives the cores' work, (cores,), or (phases, cores) for a plan whose phases each spread over
-    the cores (then a tuple of runs a phase). It is a callable so that it runs once per plan and thread
-    count, not per call."""
+    ``work()`` gives the cores' work, (cores,), or a tuple of such rows, one a phase, for a plan whose phases
+    each spread over their own items (cores, or a phase's groups of cores; then a tuple of runs a phase).
+    It is a callable so that it runs once per plan and thread count, not per call."""
     threads = threads_for(nbytes, per_thread)
 
     def spans() -> tuple:
-        table = np.asarray(work())
-        if table.ndim == 1:
-            return runs_of(thread_spans(table, threads))
-        return tuple(runs_of(thread_spans(row, threads)) for row in table)
+        table = work()
+        if isinstance(table, tuple):
+            return tuple(runs_of(thread_spans(row, threads)) for row in table)
+        return runs_of(thread_spans(table, threads))
 
     return plan.memo(("thread_spans", threads), spans)

@@ -83,7 +83,7 @@ def _invstd(sqdev_sum, count, eps):
 def split_c(x, args, eps, mean_out, invstd_out, begin, end):
     """Channels over cores: core k owns channels [core_start[k], core_start[k] + core_count[k])."""
     count = np.float32(args.count)
-    first = np.int64(0)  # a literal 0 would compile _rows_sum apart from split_r's int64 (2.5 s a first call)
+    first = np.int64(0)  # a literal 0 would compile _rows_sum a second time, apart from split_r's int64
     lanes = np.empty(LANES, np.float32)
     for core in range(begin, end):
         for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):

@@ -28,7 +28,7 @@ from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
 from ..._streaming import worth_streaming
 from ...errors import InvalidParameterError
-from ...runtime import runs_of, thread_spans, threads_for
+from ...runtime import plan_spans
 from . import kernel
 
 OP = "fast_batch_norm_backward"
@@ -73,36 +73,23 @@ def _check_attributes(training, eps, version) -> float:
     return eps
 
 
-def phase_spans(plan, args, leads, nbytes: int) -> tuple[np.ndarray, ...]:
-    """Each phase's thread spans for a call touching ``nbytes``: over its cores by their work, or, for a
-    cross-core phase, over its groups by theirs (kept per plan and thread count)."""
-    threads = threads_for(nbytes, THREAD_BYTES)
-
-    def spans():
-        work = core_work(args)
-        pairs = args.job_channel_count * args.job_block_count
-        rows = []
-        for phase, phase_leads in enumerate(leads):
-            if phase_leads.size:
-                sizes = args.job_group_size[phase_leads]
-                rows.append(runs_of(thread_spans([pairs[lead:lead + size].sum() for lead, size
-                                                  in zip(phase_leads, sizes, strict=True)], threads)))
-            else:
-                rows.append(runs_of(thread_spans(work[phase], threads)))
-        return tuple(rows)
-
-    return plan.memo(("phase_spans", threads), spans)
+def phase_spans(plan, args, leads, nbytes: int) -> tuple:
+    """Each phase's thread runs for a call touching ``nbytes`` (``runtime.plan_spans`` of ``phase_work``)."""
+    return plan_spans(plan, lambda: phase_work(args, leads), nbytes, THREAD_BYTES)
 
 
-def core_work(args) -> np.ndarray:
-    """(phases, cores): the (channel, block) pairs each core reduces in each phase."""
-    offsets = args.phase_core_jobs
+def phase_work(args, leads) -> tuple[np.ndarray, ...]:
+    """Each phase's work items: a single-core phase's cores, a cross-core phase's groups (``leads``), each by
+    the (channel, block) pairs it reduces."""
     pairs = args.job_channel_count * args.job_block_count
-    work = np.zeros((offsets.shape[0], offsets.shape[1] - 1), np.int64)
-    for phase, row in enumerate(offsets):
-        for core in range(row.shape[0] - 1):
-            work[phase, core] = pairs[row[core]:row[core + 1]].sum()
-    return work
+    rows = []
+    for offsets, phase_leads in zip(args.phase_core_jobs, leads, strict=True):
+        if phase_leads.size:
+            ends = phase_leads + args.job_group_size[phase_leads]
+            rows.append(np.array([pairs[lead:end].sum() for lead, end in zip(phase_leads, ends, strict=True)]))
+        else:
+            rows.append(np.array([pairs[offsets[k]:offsets[k + 1]].sum() for k in range(offsets.shape[0] - 1)]))
+    return tuple(rows)
 
 
 def statistics(plan: FastBatchNormBackwardPlan, weight, running_mean, running_var, save_mean, save_invstd,
