@@ -217,8 +217,9 @@ def test_warmup_reports_each_kernel_call_and_refuses_unknown_ops(capsys):
 
 def test_warmup_runs_every_body_of_every_op(monkeypatch, capsys):
     """Each op's warm-up calls (``OpRecord.warmup``) reach every per-core body (and every kernel of a
-    one-thread op) of its kernel module, on the host's plans and on A2's. The API calls them by module
-    attribute, so a recording stand-in set there sees each call."""
+    one-thread op) of its kernel module, on the host's plans and on A2's (FastBatchNormBackward's training
+    sweeps of the half dtypes with float16). The API calls them by module attribute, so a recording stand-in
+    set there sees each call."""
     called = set()
 
     def recording(key, kernel):
@@ -238,6 +239,8 @@ def test_warmup_runs_every_body_of_every_op(monkeypatch, capsys):
     assert len(kernels) >= 11
     assert main(["warmup", "--dtypes", "float32", "--socs", f"host,{tiling.DEFAULT_SOC}"]) == 0
     assert "training=False" in capsys.readouterr().out
+    assert main(["warmup", "--ops", "fast_batch_norm_backward", "--dtypes", "float16", "--socs",
+                 f"host,{tiling.DEFAULT_SOC}"]) == 0
     assert kernels - called == set()
 
 

@@ -26,8 +26,7 @@ reference counting): on short rows (7x7 planes) Numba's slices cost more than th
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import njit
 
 from tiling.fast_batch_norm_backward import PassGeometry
 
@@ -209,21 +208,6 @@ _reduce_swept = njit(cache=True, error_model="numpy")(_passes_reduction(4, False
 _reduce_rows = njit(cache=True, error_model="numpy")(_passes_reduction(1, False))
 
 
-def _reduce_training(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
-    """The two sums of channel ``c`` over blocks [first, first + count) in a training call (compiled code
-    only; ``_reduce_training_overload`` picks the reduction per dtype)."""
-    raise NotImplementedError("_reduce_training is only available inside @njit code")
-
-
-@overload(_reduce_training, jit_options={"error_model": "numpy"})
-def _reduce_training_overload(dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx):
-    """float32 adds one row at a time (its rows gain nothing from the sweeps, and their code slows the
-    one-row path); half dtypes sweep."""
-    reduce_job = _reduce_rows if dy.dtype == types.float32 else _reduce_swept
-    return lambda dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx: reduce_job(
-        dy, x, dx, geo, c, first, count, mean, scale, weight, fuse_dx, acc_dy, acc_dyx)
-
-
 @njit(cache=True, error_model="numpy")
 def _dx_job(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
     """The training dx of channel ``c`` over blocks [first, first + count), stored plainly (``_dx_job_streamed``
@@ -259,11 +243,12 @@ def _whole_plane_jobs(dy, x, dx, args, jobs, mean, scale, weight, training, writ
             grad_weight[c] = s_dyx * scale[c]
 
 
-def _phase_bodies(inference: bool, stream: bool, fused: bool = False):
+def _phase_bodies(inference: bool, stream: bool, fused: bool = False, swept: bool = False):
     """The two bodies of a phase for one pass (``_phase_kernel``): each calls one reduction (an inference call
-    sweeps, with the dx fused when it is asked for; a training call adds rows or sweeps by dtype,
-    ``_reduce_training``) and only training's call the dx jobs, plain or (``stream``) with streaming stores.
-    ``fused``: an inference call that writes dx (``_reduce_fused``; without, ``_reduce_swept``).
+    sweeps, with the dx fused when it is asked for; a training call adds rows (float32, ``_reduce_rows``) or,
+    ``swept`` (half dtypes, whose rows gain from the sweeps), sweeps) and only training's call the dx jobs,
+    plain or (``stream``) with streaming stores. ``fused``: an inference call that writes dx
+    (``_reduce_fused``; without, ``_reduce_swept``).
     The flags are closure constants (a branch on them is pruned before it compiles), and the closure's only
     values, as ``_phase_kernel``'s."""
 
@@ -282,9 +267,12 @@ def _phase_bodies(inference: bool, stream: bool, fused: bool = False):
                 elif inference:
                     s_dy, s_dyx = _reduce_swept(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c],
                                                 False, acc_dy, acc_dyx)
+                elif swept:
+                    s_dy, s_dyx = _reduce_swept(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c],
+                                                False, acc_dy, acc_dyx)
                 else:
-                    s_dy, s_dyx = _reduce_training(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c],
-                                                   False, acc_dy, acc_dyx)
+                    s_dy, s_dyx = _reduce_rows(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c],
+                                               False, acc_dy, acc_dyx)
                 gw = s_dyx * scale[c]
                 grad_bias[c] = s_dy
                 grad_weight[c] = gw
@@ -314,9 +302,12 @@ def _phase_bodies(inference: bool, stream: bool, fused: bool = False):
             elif inference:
                 s_dy, s_dyx = _reduce_swept(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], False,
                                             acc_dy, acc_dyx)
+            elif swept:
+                s_dy, s_dyx = _reduce_swept(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], False,
+                                            acc_dy, acc_dyx)
             else:
-                s_dy, s_dyx = _reduce_training(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], False,
-                                               acc_dy, acc_dyx)
+                s_dy, s_dyx = _reduce_rows(dy, x, dx, geo, c, first, count, mean[c], scale[c], weight[c], False,
+                                           acc_dy, acc_dyx)
             slot = first_slot + job - lead
             ws[args.dbias_offset + slot * 8] = s_dy
             ws[args.dweight_offset + slot * 8] = s_dyx
@@ -342,12 +333,13 @@ def _phase_bodies(inference: bool, stream: bool, fused: bool = False):
 
 
 _whole_jobs_training, _group_training = _phase_bodies(False, False)
+_whole_jobs_training_swept, _group_training_swept = _phase_bodies(False, False, swept=True)
 _whole_jobs_streamed, _group_streamed = _phase_bodies(False, True)
 _whole_jobs_inference, _group_inference = _phase_bodies(True, False)
 _whole_jobs_inference_dx, _group_inference_dx = _phase_bodies(True, False, True)
 
 
-def _phase_kernel(inference: bool, stream: bool, fused: bool = False):
+def _phase_kernel(inference: bool, stream: bool, fused: bool = False, swept: bool = False):
     """The two bodies of a phase for one pass and store (``channels`` for a phase of single-core jobs,
     ``groups`` for one of cross-core groups): a call compiles only the bodies its plan runs. Their closures
     hold only the flags: Numba's cache key holds the closure's values, and a dispatcher's pickle differs
@@ -364,6 +356,8 @@ def _phase_kernel(inference: bool, stream: bool, fused: bool = False):
             _whole_jobs_inference(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight, grad_bias)
         elif stream:
             _whole_jobs_streamed(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight, grad_bias)
+        elif swept:
+            _whole_jobs_training_swept(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight, grad_bias)
         else:
             _whole_jobs_training(dy, x, dx, args, jobs, mean, scale, weight, write_dx, grad_weight, grad_bias)
 
@@ -379,6 +373,9 @@ def _phase_kernel(inference: bool, stream: bool, fused: bool = False):
                 _group_inference(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight, grad_bias)
             elif stream:
                 _group_streamed(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight, grad_bias)
+            elif swept:
+                _group_training_swept(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight,
+                                      grad_bias)
             else:
                 _group_training(dy, x, dx, ws, args, leads[t], mean, scale, weight, write_dx, grad_weight, grad_bias)
 
@@ -386,16 +383,20 @@ def _phase_kernel(inference: bool, stream: bool, fused: bool = False):
 
 
 channels_training, groups_training = _phase_kernel(False, False)
+channels_training_swept, groups_training_swept = _phase_kernel(False, False, swept=True)
 channels_streamed, groups_streamed = _phase_kernel(False, True)
 channels_inference, groups_inference = _phase_kernel(True, False)
 channels_inference_dx, groups_inference_dx = _phase_kernel(True, False, True)
 
 
-def phase_bodies(training: bool, stream: bool, write_dx: bool):
-    """The (single-core phase, cross-core phase) bodies of a call, by its pass, its dx store and (inference)
-    whether it writes dx; module attributes, looked up per call."""
+def phase_bodies(training: bool, stream: bool, write_dx: bool, swept: bool):
+    """The (single-core phase, cross-core phase) bodies of a call, by its pass, its dx store, (inference)
+    whether it writes dx and (training) whether its rows sweep (``swept``: half dtypes; streaming is float32
+    only); module attributes, looked up per call."""
     if training:
-        return (channels_streamed, groups_streamed) if stream else (channels_training, groups_training)
+        if stream:
+            return channels_streamed, groups_streamed
+        return (channels_training_swept, groups_training_swept) if swept else (channels_training, groups_training)
     return (channels_inference_dx, groups_inference_dx) if write_dx else (channels_inference, groups_inference)
 
 
@@ -454,6 +455,6 @@ def backward(leads, dy, x, dx, ws, args, spans, mean, scale, weight, training, w
             launch(whole_planes_short if args.b1 <= LANES else whole_planes, spans[phase], dy, x, dx, args, offsets,
                    mean, scale, weight, training, write_dx, grad_weight, grad_bias)
         else:
-            channels, groups = phase_bodies(training, stream, write_dx)
+            channels, groups = phase_bodies(training, stream, write_dx, dy.dtype != np.float32)
             launch(groups if phase_leads.size else channels, spans[phase], dy, x, dx, ws, args, offsets, phase_leads,
                    mean, scale, weight, write_dx, grad_weight, grad_bias)
