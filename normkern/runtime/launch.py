@@ -16,14 +16,24 @@ come in bursts, each launch a few microseconds after the last.
 Nothing of the pool survives a fork: the child starts with an empty pool and makes its own workers when it
 first needs them. A launch that finds the pool busy (another Python thread's launch) runs every run on its
 own thread, in order; which thread runs a core changes no bit.
+
+Beside PyTorch (``normkern.torch`` calls :func:`join_openmp_team`), the runs go to the OpenMP thread team of
+the GNU OpenMP runtime PyTorch loaded, through its public ABI (``GOMP_parallel``): after each of its ops
+PyTorch's team spins, waiting for the next parallel region, and a second pool of threads would share the
+cores with those spinning threads; normkern's runs become that next region instead. The team is used for at
+most ``torch.get_num_threads()`` threads (a DataLoader worker's one thread runs every run itself), never in a
+process forked after it was joined (GNU OpenMP does not survive a fork), and a busy team (another Python
+thread's launch) leaves the launch to the pool.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -220,7 +230,92 @@ class Pool:
             self._busy.release()
 
 
+#: ``void (*)(void *)``: the function each member of an OpenMP team runs (``GOMP_parallel``'s first argument).
+_TEAM_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class OpenMPTeam:
+    """Launches on the thread team of a GNU OpenMP runtime loaded in this process: ``GOMP_parallel`` (called
+    with the GIL released) runs :meth:`_member` on ``team`` threads, the calling thread among them; member
+    ``i`` of ``n`` runs runs ``i, i + n, ...`` and keeps any error for the caller."""
+
+    def __init__(self, library: str, limit: Callable[[], int]) -> None:
+        self.library = library
+        self._omp = ctypes.CDLL(library)
+        self._omp.omp_get_thread_num.restype = ctypes.c_int
+        self._omp.omp_get_num_threads.restype = ctypes.c_int
+        self._parallel = self._omp.GOMP_parallel
+        self._parallel.argtypes = [_TEAM_FUNCTION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+        self._parallel.restype = None
+        self._member_function = _TEAM_FUNCTION(self._member)
+        self._busy = threading.Lock()
+        self._task = None
+        self.limit = limit
+
+    def _member(self, _) -> None:
+        function, args, runs, errors = self._task
+        member, team = self._omp.omp_get_thread_num(), self._omp.omp_get_num_threads()
+        for i in range(member, len(runs), team):
+            try:
+                function(*args, *runs[i])
+            except BaseException as exc:  # an exception must not cross the C frames: handed to the caller
+                errors.append(exc)
+
+    def launch(self, function, runs: tuple, args: tuple) -> bool:
+        """Run every run on the team; False (nothing run) when the team is busy with another thread's launch."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        try:
+            team = min(len(runs), self.limit())
+            if team <= 1:
+                for begin, end in runs:
+                    function(*args, begin, end)
+                return True
+            errors: list[BaseException] = []
+            self._task = (function, args, runs, errors)
+            try:
+                self._parallel(self._member_function, None, team, 0)
+            finally:
+                self._task = None
+            if errors:
+                raise errors[0]
+            return True
+        finally:
+            self._busy.release()
+
+
 _pool = Pool()
+_team: OpenMPTeam | None = None
+
+
+def loaded_openmp() -> str | None:
+    """The path of the GNU OpenMP runtime (``libgomp``) mapped into this process, if one is (Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if "/libgomp" in path and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def join_openmp_team(limit: Callable[[], int]) -> bool:
+    """Launch on the team of the GNU OpenMP runtime already in this process (PyTorch's) from now on, on at most
+    ``limit()`` threads; whether there is one to join."""
+    global _team
+    if _team is None:
+        library = loaded_openmp()
+        if library is None:
+            return False
+        _team = OpenMPTeam(library, limit)
+    return True
+
+
+def launcher() -> str:
+    """Who runs a launch's runs: ``"openmp"`` (the joined OpenMP team) or ``"pool"`` (normkern's own threads)."""
+    return "pool" if _team is None else "openmp"
 
 
 def runs_of(spans) -> tuple[tuple[int, int], ...]:
@@ -234,7 +329,10 @@ def launch(function, spans, *args) -> None:
     """Run ``function(*args, spans[t], spans[t + 1])`` for every thread ``t`` whose run of cores is not empty.
     ``spans`` are thread boundaries (``threads.thread_spans``) or their :func:`runs_of` (what
     ``threads.plan_spans`` keeps per plan, so that a call does not convert them again)."""
-    _pool.launch(function, spans if type(spans) is tuple else runs_of(spans), args)
+    runs = spans if type(spans) is tuple else runs_of(spans)
+    if len(runs) > 1 and _team is not None and _team.launch(function, runs, args):
+        return
+    _pool.launch(function, runs, args)
 
 
 def pool_size() -> int:
@@ -242,10 +340,11 @@ def pool_size() -> int:
     return _pool.size
 
 
-def _fresh_pool() -> None:
-    global _pool
+def _after_fork_in_child() -> None:
+    global _pool, _team
     _pool = Pool()
+    _team = None  # GNU OpenMP's team does not survive a fork
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_pool)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

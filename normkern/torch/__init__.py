@@ -6,6 +6,8 @@ group norm layers whose backward runs normkern. Needs the ``[torch]`` extra.
 - ``SyncBatchNorm`` (``convert_sync_batchnorm``), ``BatchNorm1d/2d/3d``, ``GroupNorm``: drop-ins for
   ``torch.nn``'s, planning for the ``host`` SoC unless ``soc=`` says otherwise.
 - ``set_threads_per_rank``: the Numba threads of each rank (default: its share of the cores).
+
+Importing it moves normkern's launches onto PyTorch's OpenMP thread team (``normkern.runtime.launch``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the [torch] extra is missing
     raise ImportError("normkern.torch needs PyTorch: pip install 'normkern[torch]'") from exc
 
-from .. import _registry
+from .. import _registry, runtime
 from ._contract import NotSupportedError
 from ._tensors import tensor_op, to_numpy, to_tensor
 from ._threads import set_threads_per_rank, threads_for
@@ -23,6 +25,9 @@ from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from .groupnorm import GroupNorm
 
 globals().update({_name: tensor_op(_name) for _name in _registry.names()})
+
+# normkern's kernels run on PyTorch's own OpenMP threads, which spin after each of its ops (normkern/runtime).
+runtime.join_openmp_team(_torch.get_num_threads)
 
 __all__ = [
     *_registry.names(), "SyncBatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",

@@ -4,11 +4,11 @@ local BatchNorm1d/2d/3d.
 SyncBatchNorm composes the five SyncBatchNorm ops as PyTorch's CUDA SyncBatchNorm does: forward =
 batch_norm_stats -> all_gather of (mean, invstd, count) -> batch_norm_gather_stats_with_counts (running
 statistics updated) -> batch_norm_elemt; backward = batch_norm_backward_reduce -> all_reduce of (sum_dy,
-sum_dy_xmu) -> batch_norm_backward_elemt. With no process group, or one of a single rank, the same kernels
-run with no collective (a local batch norm). grad_weight and grad_bias stay local, as in PyTorch: the
+sum_dy_xmu) -> batch_norm_backward_elemt. grad_weight and grad_bias stay local, as in PyTorch: the
 data-parallel wrapper all-reduces parameter gradients.
 
-The local BatchNorm layers run PyTorch's forward (``torch.native_batch_norm``) and normkern's
+The local BatchNorm layers, and SyncBatchNorm with no process group or one of a single rank, train on
+``batch_norm_stats`` -> the running statistics updated as torch.nn does -> ``batch_norm_elemt``, and
 ``fast_batch_norm_backward``; eval mode (running statistics) runs ``batch_norm_elemt`` in every layer.
 
 Every call passes ``_contract``'s checks (torch.nn's) first; an empty batch and a torch.func transform are
@@ -43,6 +43,8 @@ def _training_batch_norm(eps):
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):
+    """The batch norm of a process group of two or more ranks (one rank trains as the local layers do)."""
+
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
                 soc):
@@ -53,12 +55,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             combined = torch.cat([mean, invstd, torch.full((1,), input.numel() // channels, dtype=F32)])
         else:
             combined = torch.zeros(2 * channels + 1, dtype=F32)
-        if world_size > 1:
-            gathered = [torch.empty_like(combined) for _ in range(world_size)]
-            dist.all_gather(gathered, combined, process_group)
-            combined = torch.stack(gathered)
-        else:
-            combined = combined.unsqueeze(0)
+        gathered = [torch.empty_like(combined) for _ in range(world_size)]
+        dist.all_gather(gathered, combined, process_group)
+        combined = torch.stack(gathered)
         mean_all, invstd_all, count_all = torch.split(combined, channels, dim=1)
         keep = count_all.squeeze(-1) >= 1  # ranks with an empty batch drop out, as in PyTorch
         mean_all, invstd_all, count_all = mean_all[keep], invstd_all[keep], count_all[keep]
@@ -67,7 +66,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         mean, invstd = _gather(x, mean_all.contiguous(), invstd_all.contiguous(), running_mean, running_var,
                                momentum, eps, count_all.reshape(-1), soc=soc)
         ctx.save_for_backward(input, weight, bias, mean, invstd, count_all.to(torch.int32).reshape(-1))
-        ctx.process_group, ctx.world_size, ctx.eps, ctx.soc = process_group, world_size, eps, soc
+        ctx.process_group, ctx.eps, ctx.soc = process_group, eps, soc
         if input.numel() == 0:
             return torch.empty_like(input)
         return _layout.as_output(_elemt(x, _as(weight, mean), _as(bias, mean), mean, invstd, eps, soc=soc), input)
@@ -75,9 +74,6 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         input, weight, bias, mean, invstd, count = ctx.saved_tensors
-        if torch.is_grad_enabled() and ctx.world_size < 2:
-            grads = differentiable_backward(ctx, grad_output, _training_batch_norm(ctx.eps), (input, weight, bias))
-            return (*grads, None, None, None, None, None, None, None)
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
         channels = input.shape[1]
@@ -87,16 +83,15 @@ class _SyncBatchNormFunction(torch.autograd.Function):
                 dy, x, mean, invstd, _as(weight, mean), need_input, need_weight and weight is not None,
                 need_bias and weight is not None, soc=ctx.soc)
             if need_input:
-                if ctx.world_size > 1:
-                    combined = torch.cat([sum_dy, sum_dy_xmu])
-                    dist.all_reduce(combined, dist.ReduceOp.SUM, ctx.process_group)
-                    sum_dy, sum_dy_xmu = torch.split(combined, channels)
+                combined = torch.cat([sum_dy, sum_dy_xmu])
+                dist.all_reduce(combined, dist.ReduceOp.SUM, ctx.process_group)
+                sum_dy, sum_dy_xmu = torch.split(combined, channels)
                 grad_input = _layout.as_input_grad(_elemt_backward(
                     dy, x, mean, invstd, _as(weight, mean), sum_dy.contiguous(), sum_dy_xmu.contiguous(), count,
                     soc=ctx.soc), input)
             grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
             grad_bias = None if grad_bias is None else grad_bias.to(weight.dtype)
-        elif need_input and ctx.world_size > 1:
+        elif need_input:
             # an empty batch still joins the all-reduce its peers wait for; its gradients are zeros (None)
             dist.all_reduce(torch.zeros(2 * channels, dtype=F32), dist.ReduceOp.SUM, ctx.process_group)
         grads = (grad_input, grad_weight, grad_bias)
@@ -192,8 +187,10 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         output = _eval_or_torch(self, input, call, factor)
         if output is not None:
             return output
-        if group is not None:
-            _threads.share_cores(world_size)
+        if world_size == 1:  # no collective to join: the local batch norm's kernels
+            return _BatchNormTrainFunction.apply(input, self.weight, self.bias, call.running_mean, call.running_var,
+                                                 factor, self.eps, self.soc)
+        _threads.share_cores(world_size)
         return _SyncBatchNormFunction.apply(input, self.weight, self.bias, call.running_mean, call.running_var,
                                             self.eps, factor, group, world_size, self.soc)
 
@@ -221,17 +218,31 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         return output
 
 
+def _update_running(running_mean, running_var, mean, invstd, eps, factor, count) -> None:
+    """torch.nn's running statistics update from the batch's ``mean`` and ``invstd`` (float32):
+    ``running = (1 - factor) * running + factor * batch``, the variance unbiased (``* n / (n - 1)``). The batch
+    variance is ``1 / invstd**2 - eps``, as PyTorch's SyncBatchNorm derives it (docs/torch.md)."""
+    with torch.no_grad():
+        variance = invstd.pow(-2).sub_(eps)
+        running_mean.mul_(1.0 - factor).add_(mean, alpha=factor)
+        running_var.mul_(1.0 - factor).add_(variance, alpha=factor * count / (count - 1))
+
+
 class _BatchNormTrainFunction(torch.autograd.Function):
-    """PyTorch's forward (``native_batch_norm``: batch statistics, running statistics updated), normkern's
-    ``fast_batch_norm_backward``."""
+    """Training with the batch's statistics on normkern's kernels: forward ``batch_norm_stats`` (the running
+    statistics updated as torch.nn does) and ``batch_norm_elemt``; backward ``fast_batch_norm_backward``."""
 
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, soc):
-        output, save_mean, save_invstd = torch.native_batch_norm(input, weight, bias, running_mean, running_var,
-                                                                 True, factor, eps)
+        x = _layout.contiguous(input)
+        save_mean, save_invstd = _stats(x, eps, soc=soc)
+        if running_mean is not None:
+            _update_running(running_mean, running_var, save_mean, save_invstd, eps, factor,
+                            input.numel() // input.shape[1])
+        output = _elemt(x, _as(weight, save_mean), _as(bias, save_mean), save_mean, save_invstd, eps, soc=soc)
         ctx.save_for_backward(input, weight, bias, save_mean, save_invstd)
         ctx.eps, ctx.soc = eps, soc
-        return output
+        return _layout.as_output(output, input)
 
     @staticmethod
     def backward(ctx, grad_output):

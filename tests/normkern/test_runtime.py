@@ -1,5 +1,6 @@
-"""The execution runtime: bodies launched over runs of cores on normkern's own threads, the thread-count
-setting and the size rule, errors, a busy pool, fork; and no unguarded private Numba API in the package."""
+"""The execution runtime: bodies launched over runs of cores on normkern's own threads or on PyTorch's OpenMP
+team, the thread-count setting and the size rule, errors, a busy pool or team, fork; and no unguarded private
+Numba API in the package."""
 
 import os
 import re
@@ -16,6 +17,25 @@ from normkern import runtime
 from normkern.runtime import threads as threads_module
 
 launch_module = sys.modules["normkern.runtime.launch"]
+
+
+@pytest.fixture(autouse=True)
+def _own_pool(monkeypatch, request):
+    """Launches on normkern's pool (a test of the OpenMP team joins it itself)."""
+    if "team" not in request.node.name:
+        monkeypatch.setattr(launch_module, "_team", None)
+
+
+@pytest.fixture
+def team(monkeypatch):
+    """PyTorch's OpenMP team joined, on at most ``team.limit()`` threads (2 unless a test changes it)."""
+    pytest.importorskip("torch")
+    library = launch_module.loaded_openmp()
+    if library is None:
+        pytest.skip("no GNU OpenMP runtime in this process")
+    joined = launch_module.OpenMPTeam(library, lambda: 2)
+    monkeypatch.setattr(launch_module, "_team", joined)
+    return joined
 
 
 def _recorder():
@@ -128,6 +148,82 @@ def test_a_forked_child_starts_with_an_empty_pool_and_makes_its_own():
             body, seen = _recorder()
             runtime.launch(body, np.array([0, 1, 2]), "child")
             ok = empty and sorted(s[1] for s in seen) == [0, 1] and runtime.pool_size() >= 1
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0 and os.read(read, 1) == b"1"
+
+
+def test_importing_normkern_torch_joins_its_openmp_team():
+    pytest.importorskip("torch")
+    import normkern.torch  # noqa: F401
+
+    assert launch_module.loaded_openmp() is not None  # PyTorch's Linux wheels bring GNU OpenMP
+    assert launch_module.join_openmp_team(lambda: 2) and launch_module._team is not None
+
+
+def test_a_launch_on_the_team_runs_every_run_once_on_the_calling_thread_and_the_team(team):
+    body, seen = _recorder()
+    runtime.launch(body, np.array([0, 3, 3, 5, 9]), "a")
+    assert runtime.launcher() == "openmp"
+    assert sorted(s[1:3] for s in seen) == [(0, 3), (3, 5), (5, 9)]
+    by_run = {s[1]: s[3] for s in seen}
+    assert by_run[0] == by_run[5] == threading.get_ident()  # member 0 of 2 takes runs 0 and 2
+    assert by_run[3] != threading.get_ident()
+
+
+def test_the_team_takes_at_most_its_limit_and_one_thread_runs_everything_itself(team):
+    team.limit = lambda: 1
+    body, seen = _recorder()
+    runtime.launch(body, np.array([0, 1, 2, 3]), "one")
+    assert [s[1] for s in seen] == [0, 1, 2] and {s[3] for s in seen} == {threading.get_ident()}
+
+
+def test_an_error_on_the_team_reaches_the_caller_after_every_run(team):
+    finished = []
+
+    def body(begin, end):
+        if begin == 1:
+            raise ValueError("core 1 failed")
+        time.sleep(0.05)
+        finished.append(begin)
+
+    with pytest.raises(ValueError, match="core 1 failed"):
+        runtime.launch(body, np.array([0, 1, 2, 3]))
+    assert sorted(finished) == [0, 2]
+    body2, seen = _recorder()
+    runtime.launch(body2, np.array([0, 1, 2]), "after")
+    assert sorted(s[1] for s in seen) == [0, 1]
+
+
+def test_a_launch_that_finds_the_team_busy_goes_to_the_pool(team):
+    inner_threads = []
+
+    def inner(begin, end):
+        inner_threads.append(threading.get_ident())
+
+    def outer(begin, end):
+        if begin == 0:
+            runtime.launch(inner, np.array([0, 1, 2]))
+
+    runtime.launch(outer, np.array([0, 1, 2]))
+    assert len(inner_threads) == 2
+
+
+def test_a_child_forked_after_the_team_ran_launches_on_its_own_pool(team):
+    import torch
+
+    torch.ones(1 << 20).add_(1)  # PyTorch's own team has run too
+    runtime.launch(lambda b, e: None, np.array([0, 1, 2]))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            body, seen = _recorder()
+            runtime.launch(body, np.array([0, 1, 2]), "child")
+            ok = runtime.launcher() == "pool" and sorted(s[1] for s in seen) == [0, 1]
             os.write(write, b"1" if ok else b"0")
         finally:
             os._exit(0)
