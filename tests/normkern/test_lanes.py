@@ -1,4 +1,4 @@
-"""The lanes level: its exact order, and that LLVM vectorizes it without fast-math."""
+"""The lanes level: its exact order, and that LLVM vectorizes it without fast-math; the short-row intrinsics' bits."""
 
 import os
 import re
@@ -6,12 +6,24 @@ import subprocess
 import sys
 import textwrap
 
+import ml_dtypes
 import numpy as np
 import pytest
 from numba import njit
 
 from normkern import _simulate
-from normkern._lanes import accumulate, accumulate_sqdev, fold, fold_capacity, fold_halves
+from normkern._dtypes import kernel_view
+from normkern._lanes import (
+    accumulate,
+    accumulate_sqdev,
+    fold,
+    fold_capacity,
+    fold_halves,
+    short_row_dx_x,
+    short_row_dx_x_hat,
+    short_row_sums,
+)
+from normkern._views import row_view
 
 
 @njit
@@ -154,3 +166,72 @@ def test_bounds_checked_build_refuses_a_fold_of_a_short_buffer(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "refused"
+
+
+@njit
+def _short_sums(dy, x, r, neg_mr, n):
+    return short_row_sums(row_view(dy, 0, n), row_view(x, 0, n), r, neg_mr)
+
+
+@njit
+def _short_dx(dy, x, dx, start, n, p, a, b, r, neg_mr, with_x_hat):
+    rows = row_view(dy, start, n), row_view(x, start, n), row_view(dx, start, n)
+    if with_x_hat:
+        short_row_dx_x_hat(rows[0], rows[1], rows[2], p, a, b, r, neg_mr)
+    else:
+        short_row_dx_x(rows[0], rows[1], rows[2], p, a, b, r, neg_mr)
+
+
+def _short_rows(rng, dtype, n):
+    values = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-42, 65504.0], np.float32)
+    if rng.random() < 0.3:
+        picks = rng.integers(0, n, size=min(n, 3))
+        values[picks] = rng.choice(specials, size=picks.size)
+    return values.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_short_row_sums_are_the_fold_halves_of_the_filled_buffers(dtype):
+    """Every length 1..64: both sums bit for bit the simulator's fold-halves of the float32 rows a UB-like
+    buffer would hold (dy, and (x * r + neg_mr) * dy rounded op by op)."""
+    rng = np.random.default_rng(5)
+    np_dtype = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
+    for n in [*range(1, 65), *rng.integers(1, 65, size=64)]:
+        n = int(n)
+        dy, x = _short_rows(rng, np_dtype, n), _short_rows(rng, np_dtype, n)
+        if rng.random() < 0.1:
+            dy[:] = -0.0  # a row of -0: lanes past the length are +0, as the buffer's
+        r, neg_mr = np.float32(rng.uniform(0.1, 4)), np.float32(rng.uniform(-3, 3))
+        d = dy.astype(np.float32)
+        with np.errstate(all="ignore"):
+            products = ((x.astype(np.float32) * r) + neg_mr) * d
+        got = _short_sums(kernel_view(dy), kernel_view(x), r, neg_mr, n)
+        for value, row in zip(got, (d, products), strict=True):
+            want = _simulate.fold_halves(row)
+            assert np.float32(value).view(np.uint32) == np.float32(want).view(np.uint32) or (
+                np.isnan(value) and np.isnan(want)), (dtype, n)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_short_row_dx_is_the_scalar_formula_and_writes_only_the_row(dtype):
+    rng = np.random.default_rng(6)
+    np_dtype = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
+    for n in [*range(1, 65), *rng.integers(1, 65, size=32)]:
+        n, start = int(n), int(rng.integers(0, 5))
+        dy, x = _short_rows(rng, np_dtype, start + n + 3), _short_rows(rng, np_dtype, start + n + 3)
+        p, a, b, r, neg_mr = (np.float32(v) for v in rng.uniform(-2, 2, 5))
+        for with_x_hat in (True, False):
+            dx = np.full(start + n + 3, 7.0, np_dtype)
+            _short_dx(kernel_view(dy), kernel_view(x), kernel_view(dx), start, n, p, a, b, r, neg_mr, with_x_hat)
+            d, xs = dy[start:start + n].astype(np.float32), x[start:start + n].astype(np.float32)
+            with np.errstate(all="ignore"):
+                if with_x_hat:
+                    xs = xs * r + neg_mr
+                want = (d * p - (xs * a + b)).astype(np_dtype)
+            got = dx[start:start + n]
+            same = (got.view(np.uint16 if np_dtype != np.float32 else np.uint32)
+                    == want.view(np.uint16 if np_dtype != np.float32 else np.uint32)) | (
+                np.isnan(got.astype(np.float32)) & np.isnan(want.astype(np.float32)))
+            assert same.all(), (dtype, n, with_x_hat)
+            assert (dx[:start].astype(np.float32) == 7.0).all() and (dx[start + n:].astype(np.float32) == 7.0).all()

@@ -29,7 +29,16 @@ from numba import njit, types
 from numba.extending import overload
 
 from ..._dtypes import from_f32, to_f32
-from ..._lanes import LANES, fold_capacity, fold_halves, fold_short, prefetch_l2_piece
+from ..._lanes import (
+    LANES,
+    fold_capacity,
+    fold_halves,
+    fold_short,
+    prefetch_l2_piece,
+    short_row_dx_x,
+    short_row_dx_x_hat,
+    short_row_sums,
+)
 from ..._streaming import line_span, store_fence, stream_out
 from ..._views import row_view
 from ...runtime import body
@@ -164,6 +173,17 @@ def _dx_rows(dy_row, x_row, dx_row, n, mode, aligned, m, r, neg_mr, gamma, c1, c
             dx_row[i] = from_f32((to_f32(dy_row[i]) * gamma - (to_f32(x_row[i]) * a + b)) * r, like)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _short_dx(dy_row, x_row, dx_row, aligned, m, r, neg_mr, gamma, c1, c2):
+    """``_dx_rows`` of a mode-0 row of at most 64 elements in vector registers (``_lanes.short_row_dx_*``):
+    the same formulas, factors and rounding; a short row's scalar remainder after a vector loop cost more
+    than its vector part."""
+    if aligned:
+        short_row_dx_x_hat(dy_row, x_row, dx_row, r * gamma, r * c2, r * c1, r, neg_mr)
+    else:
+        short_row_dx_x(dy_row, x_row, dx_row, r * gamma, (r * r) * c2, r * c1 - ((m * r) * r) * c2, r, neg_mr)
+
+
 @njit(cache=True, error_model="numpy")
 def _dx_channel(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2):
     """dx of the channel at flat offset ``row``, stored plainly."""
@@ -259,26 +279,27 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream
 def _stage1_rows(short: bool):
     """``stage1`` of a plan whose rows are filled and folded whole, as in modes 0-2 without prefetching and
     with plain dx stores (``stage1_body``): the same additions in the same order, with none of the general
-    body's chunked rows, prefetching fill and streamed dx compiled in. ``short`` (HxW and C_G of at most
-    64 elements, as 7x7 and 8x8 planes): every fold in registers, inlined, no out-of-line fold compiled
-    either. The flag is a closure constant, the closure's only value."""
+    body's chunked rows, prefetching fill and streamed dx compiled in. ``short`` (mode 0, HxW and C_G of at
+    most 64 elements, as 7x7 and 8x8 planes): each row's two sums and its dx straight between the rows and
+    vector registers (``_lanes.short_row_sums``, ``_short_dx``: no UB-like buffer), the group's folds in
+    registers, no out-of-line fold compiled. The flag is a closure constant, the closure's only value."""
 
     def stage1_rows(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, begin, end):
         c_g = args.c_g
         hxw = args.hxw
         scale = F32(c_g * hxw)
-        buf_dy = np.empty(fold_capacity(hxw), F32)
-        buf_dg = np.empty(fold_capacity(hxw), F32)
+        buf_dy = np.empty(0 if short else fold_capacity(hxw), F32)
+        buf_dg = np.empty(0 if short else fold_capacity(hxw), F32)
         small = np.empty(fold_capacity(c_g), F32)
         for core in range(begin, end):
             for t in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
                 m, r, neg_mr, dgamma, dbeta = _task(mean, rstd, partials, t)
                 for j in range(c_g):
                     row = (t * c_g + j) * hxw
-                    _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
-                    if short:
-                        dbeta[j], dgamma[j] = fold_short(buf_dy, hxw), fold_short(buf_dg, hxw)
+                    if short:  # straight from the rows into registers: no buffer stored and read back
+                        dbeta[j], dgamma[j] = short_row_sums(row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
                     else:
+                        _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
                         dbeta[j], dgamma[j] = fold_halves(buf_dy, hxw, hxw), fold_halves(buf_dg, hxw, hxw)
                 if not write_dx:
                     continue
@@ -291,8 +312,12 @@ def _stage1_rows(short: bool):
                 c2 = (fold_short(small, c_g) if short else fold_halves(small, c_g, c_g)) / scale
                 for j in range(c_g):
                     row = (t * c_g + j) * hxw
-                    _dx_rows(row_view(dy, row, hxw), row_view(x, row, hxw), row_view(dx, row, hxw), hxw, args.mode,
-                             (j * hxw) % args.align == 0, m, r, neg_mr, gam[j], c1, c2)
+                    if short:
+                        _short_dx(row_view(dy, row, hxw), row_view(x, row, hxw), row_view(dx, row, hxw),
+                                  (j * hxw) % args.align == 0, m, r, neg_mr, gam[j], c1, c2)
+                    else:
+                        _dx_rows(row_view(dy, row, hxw), row_view(x, row, hxw), row_view(dx, row, hxw), hxw,
+                                 args.mode, (j * hxw) % args.align == 0, m, r, neg_mr, gam[j], c1, c2)
 
     return body(stage1_rows)
 
@@ -305,7 +330,7 @@ def stage1_body(args, ahead: bool, stream: bool):
     """The stage-1 body of a call: ``stage1_short`` or ``stage1_rows`` for rows filled and folded whole
     (modes 0-2, no prefetch, plain dx stores), else the general ``stage1``."""
     if args.mode in (0, 1, 2) and not ahead and not stream:
-        return stage1_short if args.hxw <= LANES and args.c_g <= LANES else stage1_rows
+        return stage1_short if args.mode == 0 and args.hxw <= LANES and args.c_g <= LANES else stage1_rows
     return stage1
 
 
