@@ -157,7 +157,12 @@ _sum512 = _halving_sum_intrinsic(512, "plain")
 _sum64_tail = _halving_sum_intrinsic(64, "tail")
 _sum128_tail = _halving_sum_intrinsic(128, "tail")
 _I1, _I16, _I32 = ir.IntType(1), ir.IntType(16), ir.IntType(32)
-_F32X = ir.VectorType(ir.FloatType(), LANES)
+#: The widest row the short-row intrinsics take: 256 float32 lanes are 16 AVX-512 registers.
+SHORT_ROW_MAX = 256
+
+
+def _f32x(width):
+    return ir.VectorType(ir.FloatType(), width)
 
 
 def _is_short_row(row) -> bool:
@@ -166,50 +171,60 @@ def _is_short_row(row) -> bool:
         types.float32, types.uint16, types.int16)
 
 
-def _row_mask(context, builder, array_type, value):
-    """The mask of the 64 lanes below the row's length."""
-    n = builder.trunc(make_array(array_type)(context, builder, value).nitems, _I32)
-    first = builder.insert_element(ir.Constant(ir.VectorType(_I32, LANES), None), n, ir.Constant(_I32, 0))
-    n_all = builder.shuffle_vector(first, first, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
-    return builder.icmp_signed("<", ir.Constant(ir.VectorType(_I32, LANES), list(range(LANES))), n_all)
+def _lanes_below(builder, n, offset, width):
+    """The mask of lanes ``j`` with ``offset + j < n`` (``n`` an i32)."""
+    first = builder.insert_element(ir.Constant(ir.VectorType(_I32, width), None), n, ir.Constant(_I32, 0))
+    n_all = builder.shuffle_vector(first, first, ir.Constant(ir.VectorType(_I32, width), [0] * width))
+    return builder.icmp_signed("<", ir.Constant(ir.VectorType(_I32, width), list(range(offset, offset + width))),
+                               n_all)
 
 
-def _masked(builder, what: str, array_type):
-    """``llvm.masked.load`` / ``llvm.masked.store`` of 64 elements of ``array_type``'s dtype."""
+def _length(context, builder, array_type, value):
+    return builder.trunc(make_array(array_type)(context, builder, value).nitems, _I32)
+
+
+def _masked(builder, what: str, array_type, width):
+    """``llvm.masked.load`` / ``llvm.masked.store`` of ``width`` elements of ``array_type``'s dtype."""
     element = ir.FloatType() if array_type.dtype == types.float32 else _I16
-    vector = ir.VectorType(element, LANES)
-    suffix = f"v{LANES}{'f32' if element is not _I16 else 'i16'}"
-    mask = ir.VectorType(_I1, LANES)
+    vector = ir.VectorType(element, width)
+    suffix = f"v{width}{'f32' if element is not _I16 else 'i16'}"
+    mask = ir.VectorType(_I1, width)
     signature = ir.FunctionType(vector, [vector.as_pointer(), _I32, mask, vector]) if what == "load" else \
         ir.FunctionType(ir.VoidType(), [vector, vector.as_pointer(), _I32, mask])
     function = cgutils.get_or_insert_function(builder.module, signature, f"llvm.masked.{what}.{suffix}.p0{suffix}")
     return function, vector, ir.Constant(_I32, 4 if element is not _I16 else 2)
 
 
-def _load_row(context, builder, array_type, value, mask):
-    """The row's lanes below its length widened to float32 (+0 above; the lanes above are not read)."""
-    function, vector, align = _masked(builder, "load", array_type)
-    pointer = builder.bitcast(make_array(array_type)(context, builder, value).data, vector.as_pointer())
+def _element_pointer(context, builder, array_type, value, offset, vector):
+    data = make_array(array_type)(context, builder, value).data
+    return builder.bitcast(builder.gep(data, [ir.Constant(ir.IntType(64), offset)]), vector.as_pointer())
+
+
+def _load_row(context, builder, array_type, value, mask, offset, width):
+    """Lanes ``offset .. offset + width`` of the row widened to float32 where ``mask`` holds (+0 elsewhere,
+    not read)."""
+    function, vector, align = _masked(builder, "load", array_type, width)
+    pointer = _element_pointer(context, builder, array_type, value, offset, vector)
     loaded = builder.call(function, [pointer, align, mask, ir.Constant(vector, None)])
     if array_type.dtype == types.float32:
         return loaded
     if array_type.dtype == types.uint16:  # float16 bits
-        return builder.fpext(builder.bitcast(loaded, ir.VectorType(ir.HalfType(), LANES)), _F32X)
-    wide = builder.zext(loaded, ir.VectorType(_I32, LANES))  # bfloat16 bits: the upper half of a float32
-    return builder.bitcast(builder.shl(wide, ir.Constant(ir.VectorType(_I32, LANES), [16] * LANES)), _F32X)
+        return builder.fpext(builder.bitcast(loaded, ir.VectorType(ir.HalfType(), width)), _f32x(width))
+    wide = builder.zext(loaded, ir.VectorType(_I32, width))  # bfloat16 bits: the upper half of a float32
+    return builder.bitcast(builder.shl(wide, ir.Constant(ir.VectorType(_I32, width), [16] * width)), _f32x(width))
 
 
-def _store_row(context, builder, array_type, value, mask, result):
-    """Lanes below the row's length of the float32 vector ``result`` stored into the row, rounded to its dtype
-    to nearest-even as ``_dtypes.from_f32`` rounds one element (bfloat16: NaN quieted, sign kept)."""
-    function, vector, align = _masked(builder, "store", array_type)
+def _store_row(context, builder, array_type, value, mask, offset, width, result):
+    """Lanes of the float32 vector ``result`` where ``mask`` holds stored at ``offset`` on in the row, rounded to
+    its dtype to nearest-even as ``_dtypes.from_f32`` rounds one element (bfloat16: NaN quieted, sign kept)."""
+    function, vector, align = _masked(builder, "store", array_type, width)
     if array_type.dtype == types.uint16:
-        result = builder.bitcast(builder.fptrunc(result, ir.VectorType(ir.HalfType(), LANES)), vector)
+        result = builder.bitcast(builder.fptrunc(result, ir.VectorType(ir.HalfType(), width)), vector)
     elif array_type.dtype == types.int16:
-        i32x = ir.VectorType(_I32, LANES)
+        i32x = ir.VectorType(_I32, width)
 
         def const(v):
-            return ir.Constant(i32x, [v] * LANES)
+            return ir.Constant(i32x, [v] * width)
 
         bits = builder.bitcast(result, i32x)
         is_nan = builder.icmp_unsigned(">", builder.and_(bits, const(0x7FFFFFFF)), const(0x7F800000))
@@ -217,18 +232,17 @@ def _store_row(context, builder, array_type, value, mask, result):
         rounded = builder.lshr(builder.add(builder.add(bits, const(0x7FFF)), odd), const(16))
         quiet = builder.or_(builder.and_(builder.lshr(bits, const(16)), const(0x8000)), const(0x7FC0))
         result = builder.trunc(builder.select(is_nan, quiet, rounded), vector)
-    pointer = builder.bitcast(make_array(array_type)(context, builder, value).data, vector.as_pointer())
-    builder.call(function, [result, pointer, align, mask])
+    builder.call(function, [result, _element_pointer(context, builder, array_type, value, offset, vector), align, mask])
 
 
-def _splat(builder, value):
-    one = builder.insert_element(ir.Constant(_F32X, None), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
+def _splat(builder, value, width):
+    one = builder.insert_element(ir.Constant(_f32x(width), None), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(_I32, width), [0] * width))
 
 
-def _halve_to_one(builder, vector):
-    """Lane ``j + w`` added onto lane ``j`` for w = 32, 16, ..., 1 (``lo + hi``): the 64-lane fold."""
-    w = LANES
+def _halve_to_one(builder, vector, width):
+    """Lane ``j + w`` added onto lane ``j`` for w = width/2, ..., 1 (``lo + hi``): the halvings of fold-halves."""
+    w = width
     while w > 1:
         h = w // 2
         lo = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(_I32, h), list(range(h))))
@@ -238,39 +252,57 @@ def _halve_to_one(builder, vector):
     return builder.extract_element(vector, ir.Constant(_I32, 0))
 
 
-@intrinsic
-def short_row_sums(typingctx, dy_row, x_row, r, neg_mr):
-    """``(ReduceSum(dy), ReduceSum((x * r + neg_mr) * dy))`` of a row of at most 64 elements, each in the
-    fold-halves order of ``fold_halves(buf, n, n)`` on a buffer the row was copied to (lanes ``>= n`` +0,
-    then lane ``j + w`` added onto lane ``j`` for w = 32 ... 1), read straight from the rows into vector
-    registers: the same IEEE operations in the same order, so the same bits, with no buffer stored and
-    loaded back (a short row's stores cost as much as its arithmetic). Lanes past the row's length are not
-    read (masked loads); a row must not be longer than 64 (the callers' rows are at most ``LANES``)."""
-    if not (_is_short_row(dy_row) and x_row == dy_row and r == types.float32 and neg_mr == types.float32):
-        return None
+def _short_row_sums_intrinsic(width: int):
+    """An intrinsic ``(ReduceSum(dy), ReduceSum((x * r + neg_mr) * dy))`` of a row in the fold-halves order of
+    ``fold_halves(buf, n, n)`` on a buffer the row was copied to, for rows of ``width // 2 < n <= width``
+    (``width`` 64: any ``n <= 64``): the row's lanes read straight into vector registers, the tail step (lanes
+    ``h + j`` added onto lanes ``j < n - h``, ``h = width // 2``) and the halvings there, the same IEEE
+    operations in the same order, so the same bits, with no buffer stored and loaded back (a short row's
+    stores cost as much as its arithmetic). Lanes past the row are not read (masked loads); a row outside
+    the width's range would be folded in another tree, which its callers rule out (``short_row_width``)."""
+    half = width // 2
 
-    def codegen(context, builder, signature, args):
-        row_type = signature.args[0]
-        mask = _row_mask(context, builder, row_type, args[0])
-        dy = _load_row(context, builder, row_type, args[0], mask)
-        x = _load_row(context, builder, row_type, args[1], mask)
-        x_hat = builder.fadd(builder.fmul(x, _splat(builder, args[2])), _splat(builder, args[3]))
-        products = builder.select(mask, builder.fmul(x_hat, dy), ir.Constant(_F32X, [0.0] * LANES))
-        return context.make_tuple(builder, signature.return_type,
-                                  [_halve_to_one(builder, dy), _halve_to_one(builder, products)])
+    @intrinsic
+    def short_row_sums(typingctx, dy_row, x_row, r, neg_mr):
+        if not (_is_short_row(dy_row) and x_row == dy_row and r == types.float32 and neg_mr == types.float32):
+            return None
 
-    return types.UniTuple(types.float32, 2)(dy_row, x_row, r, neg_mr), codegen
+        def codegen(context, builder, signature, args):
+            row_type = signature.args[0]
+            n = _length(context, builder, row_type, args[0])
+
+            def lanes(offset, count):
+                mask = _lanes_below(builder, n, offset, count)
+                dy = _load_row(context, builder, row_type, args[0], mask, offset, count)
+                x = _load_row(context, builder, row_type, args[1], mask, offset, count)
+                x_hat = builder.fadd(builder.fmul(x, _splat(builder, args[2], count)), _splat(builder, args[3], count))
+                products = builder.select(mask, builder.fmul(x_hat, dy), ir.Constant(_f32x(count), [0.0] * count))
+                return mask, dy, products
+
+            if width == LANES:
+                _, dy, products = lanes(0, LANES)
+                sums = [_halve_to_one(builder, dy, LANES), _halve_to_one(builder, products, LANES)]
+            else:
+                _, dy, products = lanes(0, half)
+                tail, dy_tail, products_tail = lanes(half, half)
+                sums = [_halve_to_one(builder, builder.select(tail, builder.fadd(low, high), low), half)
+                        for low, high in ((dy, dy_tail), (products, products_tail))]
+            return context.make_tuple(builder, signature.return_type, sums)
+
+        return types.UniTuple(types.float32, 2)(dy_row, x_row, r, neg_mr), codegen
+
+    return short_row_sums
 
 
 def _short_row_dx_intrinsic(form: str):
-    """An intrinsic writing a row of at most 64 elements of dx from dy and x, every lane in float32 in the
-    order of the scalar loop it replaces, rounded to dx's dtype as ``from_f32``:
+    """An intrinsic writing a row of at most ``SHORT_ROW_MAX`` elements of dx from dy and x, every lane in
+    float32 in the order of the scalar loop it replaces, rounded to dx's dtype as ``from_f32``:
 
     - ``"x_hat"``: ``dy * p - ((x * r + neg_mr) * a + b)``
     - ``"x"``: ``dy * p - (x * a + b)`` (``r`` and ``neg_mr`` unused)
 
-    (GroupNormBackward's mode-0 dx of an aligned and an unaligned channel). Lanes past the row's length are
-    neither read nor written."""
+    (GroupNormBackward's mode-0 dx of an aligned and an unaligned channel), in vectors of 64 lanes. Lanes past
+    the row's length are neither read nor written."""
 
     @intrinsic
     def short_row_dx(typingctx, dy_row, x_row, dx_row, p, a, b, r, neg_mr):
@@ -280,14 +312,21 @@ def _short_row_dx_intrinsic(form: str):
 
         def codegen(context, builder, signature, args):
             row_type = signature.args[0]
-            mask = _row_mask(context, builder, row_type, args[0])
-            dy = _load_row(context, builder, row_type, args[0], mask)
-            x = _load_row(context, builder, row_type, args[1], mask)
-            sp, sa, sb, sr = (_splat(builder, v) for v in args[3:7])
-            if form == "x_hat":
-                x = builder.fadd(builder.fmul(x, sr), _splat(builder, args[7]))
-            out = builder.fsub(builder.fmul(dy, sp), builder.fadd(builder.fmul(x, sa), sb))
-            _store_row(context, builder, signature.args[2], args[2], mask, out)
+            n = _length(context, builder, row_type, args[0])
+            sp, sa, sb, sr, sneg = (_splat(builder, v, LANES) for v in args[3:8])
+            def block(offset):
+                mask = _lanes_below(builder, n, offset, LANES)
+                dy = _load_row(context, builder, row_type, args[0], mask, offset, LANES)
+                x = _load_row(context, builder, row_type, args[1], mask, offset, LANES)
+                if form == "x_hat":
+                    x = builder.fadd(builder.fmul(x, sr), sneg)
+                out = builder.fsub(builder.fmul(dy, sp), builder.fadd(builder.fmul(x, sa), sb))
+                _store_row(context, builder, signature.args[2], args[2], mask, offset, LANES, out)
+
+            block(0)
+            for offset in range(LANES, SHORT_ROW_MAX, LANES):  # the blocks the row reaches
+                with cgutils.if_likely(builder, builder.icmp_signed(">", n, ir.Constant(_I32, offset))):
+                    block(offset)
             return context.get_dummy_value()
 
         return types.none(dy_row, x_row, dx_row, p, a, b, r, neg_mr), codegen
@@ -295,8 +334,18 @@ def _short_row_dx_intrinsic(form: str):
     return short_row_dx
 
 
+short_row_sums = _short_row_sums_intrinsic(LANES)
+short_row_sums_128 = _short_row_sums_intrinsic(2 * LANES)
+short_row_sums_256 = _short_row_sums_intrinsic(4 * LANES)
 short_row_dx_x_hat = _short_row_dx_intrinsic("x_hat")
 short_row_dx_x = _short_row_dx_intrinsic("x")
+
+
+def short_row_width(n: int) -> int:
+    """The width of the short-row intrinsics for rows of ``n`` elements (0: too long for them)."""
+    if n <= LANES:
+        return LANES
+    return 2 * LANES if n <= 2 * LANES else SHORT_ROW_MAX if n <= SHORT_ROW_MAX else 0
 
 
 #: The widest halving summed in registers; wider buffers are first halved in memory, three levels a pass.

@@ -15,6 +15,7 @@ from normkern.ops.group_norm_backward import (
     task_statistics,
     task_views,
 )
+from normkern.ops.group_norm_backward import kernel as gn_kernel
 from tests.tolerances import assert_close
 
 from .conftest import DTYPES, bits, make_input, make_spread_input
@@ -95,6 +96,22 @@ def test_kernel_equals_simulator(n, c, hxw, group, why, dtype, strategy):
 def test_kernel_equals_simulator_on_spread_magnitudes(n, c, hxw, group, why, dtype, strategy):
     """The same cases on data where a reduction tree of another shape shows in the bits."""
     plan, _, got, expected = run_both(n, c, hxw, group, dtype, SMALL, strategy, seed=n + c + hxw, spread=True)
+    for name, a, b in zip(("grad_input", "grad_gamma", "grad_beta"), got, expected, strict=True):
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("hxw, body", [(49, "stage1_short"), (64, "stage1_short"), (65, "stage1_short_128"),
+                                       (100, "stage1_short_128"), (128, "stage1_short_128"),
+                                       (129, "stage1_short_256"), (196, "stage1_short_256"),
+                                       (256, "stage1_short_256"), (257, "stage1_rows")])
+def test_host_short_row_bodies_give_the_simulators_bits(hxw, body, dtype):
+    """The host's whole-row bodies by row length (rows read straight into registers up to 256 elements;
+    odd lengths give unaligned channels), on data where another tree would show in the bits."""
+    n, c, group = 3, 12, 2
+    plan, _, got, expected = run_both(n, c, hxw, group, dtype, "host", seed=hxw, spread=True)
+    chosen = gn_kernel.stage1_body(plan.cached_kernel_args(), False, False)
+    assert chosen is getattr(gn_kernel, body), str(plan)
     for name, a, b in zip(("grad_input", "grad_gamma", "grad_beta"), got, expected, strict=True):
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, str(plan))
 

@@ -22,6 +22,9 @@ from normkern._lanes import (
     short_row_dx_x,
     short_row_dx_x_hat,
     short_row_sums,
+    short_row_sums_128,
+    short_row_sums_256,
+    short_row_width,
 )
 from normkern._views import row_view
 
@@ -169,8 +172,13 @@ def test_bounds_checked_build_refuses_a_fold_of_a_short_buffer(tmp_path):
 
 
 @njit
-def _short_sums(dy, x, r, neg_mr, n):
-    return short_row_sums(row_view(dy, 0, n), row_view(x, 0, n), r, neg_mr)
+def _short_sums(dy, x, r, neg_mr, n, width):
+    dy_row, x_row = row_view(dy, 0, n), row_view(x, 0, n)
+    if width == 64:
+        return short_row_sums(dy_row, x_row, r, neg_mr)
+    if width == 128:
+        return short_row_sums_128(dy_row, x_row, r, neg_mr)
+    return short_row_sums_256(dy_row, x_row, r, neg_mr)
 
 
 @njit
@@ -193,11 +201,12 @@ def _short_rows(rng, dtype, n):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_short_row_sums_are_the_fold_halves_of_the_filled_buffers(dtype):
-    """Every length 1..64: both sums bit for bit the simulator's fold-halves of the float32 rows a UB-like
-    buffer would hold (dy, and (x * r + neg_mr) * dy rounded op by op)."""
+    """Every length 1..256 at its width (64, 128, 256): both sums bit for bit the simulator's fold-halves of
+    the float32 rows a UB-like buffer would hold (dy, and (x * r + neg_mr) * dy rounded op by op)."""
     rng = np.random.default_rng(5)
     np_dtype = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
-    for n in [*range(1, 65), *rng.integers(1, 65, size=64)]:
+    assert [short_row_width(n) for n in (1, 64, 65, 128, 129, 256, 257)] == [64, 64, 128, 128, 256, 256, 0]
+    for n in [*range(1, 257), *rng.integers(1, 257, size=64)]:
         n = int(n)
         dy, x = _short_rows(rng, np_dtype, n), _short_rows(rng, np_dtype, n)
         if rng.random() < 0.1:
@@ -206,7 +215,7 @@ def test_short_row_sums_are_the_fold_halves_of_the_filled_buffers(dtype):
         d = dy.astype(np.float32)
         with np.errstate(all="ignore"):
             products = ((x.astype(np.float32) * r) + neg_mr) * d
-        got = _short_sums(kernel_view(dy), kernel_view(x), r, neg_mr, n)
+        got = _short_sums(kernel_view(dy), kernel_view(x), r, neg_mr, n, short_row_width(n))
         for value, row in zip(got, (d, products), strict=True):
             want = _simulate.fold_halves(row)
             assert np.float32(value).view(np.uint32) == np.float32(want).view(np.uint32) or (
@@ -217,7 +226,7 @@ def test_short_row_sums_are_the_fold_halves_of_the_filled_buffers(dtype):
 def test_short_row_dx_is_the_scalar_formula_and_writes_only_the_row(dtype):
     rng = np.random.default_rng(6)
     np_dtype = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
-    for n in [*range(1, 65), *rng.integers(1, 65, size=32)]:
+    for n in [*range(1, 257), *rng.integers(1, 257, size=32)]:
         n, start = int(n), int(rng.integers(0, 5))
         dy, x = _short_rows(rng, np_dtype, start + n + 3), _short_rows(rng, np_dtype, start + n + 3)
         p, a, b, r, neg_mr = (np.float32(v) for v in rng.uniform(-2, 2, 5))

@@ -31,6 +31,7 @@ from numba.extending import overload
 from ..._dtypes import from_f32, to_f32
 from ..._lanes import (
     LANES,
+    SHORT_ROW_MAX,
     fold_capacity,
     fold_halves,
     fold_short,
@@ -38,6 +39,9 @@ from ..._lanes import (
     short_row_dx_x,
     short_row_dx_x_hat,
     short_row_sums,
+    short_row_sums_128,
+    short_row_sums_256,
+    short_row_width,
 )
 from ..._streaming import line_span, store_fence, stream_out
 from ..._views import row_view
@@ -175,7 +179,7 @@ def _dx_rows(dy_row, x_row, dx_row, n, mode, aligned, m, r, neg_mr, gamma, c1, c
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _short_dx(dy_row, x_row, dx_row, aligned, m, r, neg_mr, gamma, c1, c2):
-    """``_dx_rows`` of a mode-0 row of at most 64 elements in vector registers (``_lanes.short_row_dx_*``):
+    """``_dx_rows`` of a mode-0 row of at most 256 elements in vector registers (``_lanes.short_row_dx_*``):
     the same formulas, factors and rounding; a short row's scalar remainder after a vector loop cost more
     than its vector part."""
     if aligned:
@@ -276,13 +280,16 @@ def stage1(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, ahead, stream
         store_fence()
 
 
-def _stage1_rows(short: bool):
+def _stage1_rows(width: int):
     """``stage1`` of a plan whose rows are filled and folded whole, as in modes 0-2 without prefetching and
     with plain dx stores (``stage1_body``): the same additions in the same order, with none of the general
-    body's chunked rows, prefetching fill and streamed dx compiled in. ``short`` (mode 0, HxW and C_G of at
-    most 64 elements, as 7x7 and 8x8 planes): each row's two sums and its dx straight between the rows and
-    vector registers (``_lanes.short_row_sums``, ``_short_dx``: no UB-like buffer), the group's folds in
-    registers, no out-of-line fold compiled. The flag is a closure constant, the closure's only value."""
+    body's chunked rows, prefetching fill and streamed dx compiled in. A ``width`` (64, 128, 256: mode 0, rows
+    of at most that many elements and more than half of it, ``_lanes.short_row_width``; C_G of at most 64):
+    each row's two sums and its dx straight between the rows and vector registers
+    (``_lanes.short_row_sums*``, ``_short_dx``: no UB-like buffer), the group's folds in registers, no
+    out-of-line fold compiled; 0: rows of any length through the UB-like buffers. The width is a closure
+    constant, the closure's only value."""
+    short = width > 0
 
     def stage1_rows(dy, x, dx, mean, rstd, gamma, args, write_dx, partials, begin, end):
         c_g = args.c_g
@@ -296,8 +303,16 @@ def _stage1_rows(short: bool):
                 m, r, neg_mr, dgamma, dbeta = _task(mean, rstd, partials, t)
                 for j in range(c_g):
                     row = (t * c_g + j) * hxw
-                    if short:  # straight from the rows into registers: no buffer stored and read back
-                        dbeta[j], dgamma[j] = short_row_sums(row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
+                    # closure constants: each body compiles one of these
+                    if width == LANES:
+                        dbeta[j], dgamma[j] = short_row_sums(row_view(dy, row, hxw), row_view(x, row, hxw), r,
+                                                             neg_mr)
+                    elif width == 2 * LANES:
+                        dbeta[j], dgamma[j] = short_row_sums_128(row_view(dy, row, hxw), row_view(x, row, hxw), r,
+                                                                 neg_mr)
+                    elif width:
+                        dbeta[j], dgamma[j] = short_row_sums_256(row_view(dy, row, hxw), row_view(x, row, hxw), r,
+                                                                 neg_mr)
                     else:
                         _fill(buf_dy, buf_dg, row_view(dy, row, hxw), row_view(x, row, hxw), r, neg_mr)
                         dbeta[j], dgamma[j] = fold_halves(buf_dy, hxw, hxw), fold_halves(buf_dg, hxw, hxw)
@@ -322,15 +337,20 @@ def _stage1_rows(short: bool):
     return body(stage1_rows)
 
 
-stage1_rows = _stage1_rows(False)
-stage1_short = _stage1_rows(True)
+stage1_rows = _stage1_rows(0)
+stage1_short = _stage1_rows(LANES)
+stage1_short_128 = _stage1_rows(2 * LANES)
+stage1_short_256 = _stage1_rows(SHORT_ROW_MAX)
 
 
 def stage1_body(args, ahead: bool, stream: bool):
-    """The stage-1 body of a call: ``stage1_short`` or ``stage1_rows`` for rows filled and folded whole
-    (modes 0-2, no prefetch, plain dx stores), else the general ``stage1``."""
+    """The stage-1 body of a call: for rows filled and folded whole (modes 0-2, no prefetch, plain dx stores)
+    ``stage1_short`` / ``stage1_short_128`` / ``stage1_short_256`` (mode 0, rows of up to 64 / 128 / 256
+    elements, C_G of up to 64) or ``stage1_rows``, else the general ``stage1``."""
     if args.mode in (0, 1, 2) and not ahead and not stream:
-        return stage1_short if args.mode == 0 and args.hxw <= LANES and args.c_g <= LANES else stage1_rows
+        width = short_row_width(args.hxw) if args.mode == 0 and args.c_g <= LANES else 0
+        return {LANES: stage1_short, 2 * LANES: stage1_short_128, SHORT_ROW_MAX: stage1_short_256}.get(width,
+                                                                                                      stage1_rows)
     return stage1
 
 

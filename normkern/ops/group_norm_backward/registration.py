@@ -69,9 +69,10 @@ RECORD = register(OpRecord(
     bytes_moved=lambda kw: bytes_moved(kw["N"], kw["C"], kw["HxW"], kw["input"].dtype),
     shape_help="N,C[,spatial...], the input's shape, with --group", shape_ranks=(2, 8),
     options=(Option("--group", "group", dict(type=int, default=1, help="the number of groups (default 1)")),),
-    # whole rows of at most 64 elements run ``stage1_short``, longer ones ``stage1_rows``, HxW == 1 (mode 5)
-    # and chunked rows (mode 3, A2's planes beyond the UB) the general ``stage1``
-    warmup=(((4, 8, 6, 6), {"group": 2}), ((2, 4, 10, 10), {"group": 2}), ((4, 8), {"group": 2}),
-            ((1, 2, 128, 128), {"group": 1})),
+    # whole mode-0 rows of at most 64, 128 and 256 elements run ``stage1_short``, ``stage1_short_128`` and
+    # ``stage1_short_256``, longer ones ``stage1_rows``, HxW == 1 (mode 5) and chunked rows (mode 3, A2's
+    # planes beyond the UB) the general ``stage1``
+    warmup=(((4, 8, 6, 6), {"group": 2}), ((2, 4, 10, 10), {"group": 2}), ((2, 4, 14, 14), {"group": 2}),
+            ((2, 4, 20, 20), {"group": 2}), ((4, 8), {"group": 2}), ((1, 2, 128, 128), {"group": 1})),
     arrival=arrival_order,
 ))
