@@ -9,6 +9,7 @@ adds lane ``j+w`` onto lane ``j`` for w = 32, 16, 8, 4, 2, 1.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -21,6 +22,7 @@ from ._dtypes import to_f32
 from ._views import _CHECKED
 
 STEP = 4 * LANES
+F32_ZERO = np.float32(0.0)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -43,9 +45,9 @@ def accumulate(lanes, row):
         for j in range(LANES):
             lanes[j] += to_f32(chunk[j])
         pos += LANES
-    tail = row[pos:n]
-    for j in range(n - pos):
-        lanes[j] += to_f32(tail[j])
+    if pos < n:  # the partial last chunk in one vector step (a scalar loop a lane cost more than a short row)
+        _check_width(lanes, LANES)
+        _add_tail(lanes, row, pos, F32_ZERO)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -73,10 +75,9 @@ def accumulate_sqdev(lanes, row, mean):
             d = to_f32(chunk[j]) - mean
             lanes[j] += d * d
         pos += LANES
-    tail = row[pos:n]
-    for j in range(n - pos):
-        d = to_f32(tail[j]) - mean
-        lanes[j] += d * d
+    if pos < n:
+        _check_width(lanes, LANES)
+        _add_tail_sqdev(lanes, row, pos, mean)
 
 
 def _halving_sum_intrinsic(width: int, mode: str):
@@ -250,6 +251,56 @@ def _halve_to_one(builder, vector, width):
         vector = builder.fadd(lo, hi)
         w = h
     return builder.extract_element(vector, ir.Constant(_I32, 0))
+
+
+def _lanes_tail_intrinsic(squared: bool):
+    """An intrinsic adding the partial last chunk of a row onto the first lanes of a 64-lane accumulator in one
+    vector step: lane ``j < n - start`` += ``row[start + j]`` (``squared``: ``(row[start + j] - mean)**2``, the
+    square rounded before the add), the other lanes kept as they are (a select, not an add of 0); the same
+    IEEE operation per lane as the scalar loop it replaces, so the same bits. The row's elements past ``n``
+    are not read (a masked load)."""
+
+    def typer(lanes, row, start, mean):
+        return (isinstance(lanes, types.Array) and lanes.dtype == types.float32 and lanes.ndim == 1
+                and lanes.layout == "C" and _is_short_row(row) and isinstance(start, types.Integer)
+                and mean == types.float32)
+
+    @intrinsic
+    def add_tail(typingctx, lanes, row, start, mean):
+        if not typer(lanes, row, start, mean):
+            return None
+
+        def codegen(context, builder, signature, args):
+            lanes_type, row_type = signature.args[0], signature.args[1]
+            start = context.cast(builder, args[2], signature.args[2], types.int64)
+            count = builder.trunc(builder.sub(make_array(row_type)(context, builder, args[1]).nitems, start), _I32)
+            mask = _lanes_below(builder, count, 0, LANES)
+            function, vector, align = _masked(builder, "load", row_type, LANES)
+            data = make_array(row_type)(context, builder, args[1]).data
+            pointer = builder.bitcast(builder.gep(data, [start]), vector.as_pointer())
+            loaded = builder.call(function, [pointer, align, mask, ir.Constant(vector, None)])
+            if row_type.dtype == types.uint16:
+                loaded = builder.fpext(builder.bitcast(loaded, ir.VectorType(ir.HalfType(), LANES)), _f32x(LANES))
+            elif row_type.dtype == types.int16:
+                wide = builder.zext(loaded, ir.VectorType(_I32, LANES))
+                loaded = builder.bitcast(builder.shl(wide, ir.Constant(ir.VectorType(_I32, LANES), [16] * LANES)),
+                                         _f32x(LANES))
+            if squared:
+                deviation = builder.fsub(loaded, _splat(builder, args[3], LANES))
+                loaded = builder.fmul(deviation, deviation)
+            accumulator = make_array(lanes_type)(context, builder, args[0]).data
+            lanes_pointer = builder.bitcast(accumulator, _f32x(LANES).as_pointer())
+            current = builder.load(lanes_pointer, align=4)
+            builder.store(builder.select(mask, builder.fadd(current, loaded), current), lanes_pointer, align=4)
+            return context.get_dummy_value()
+
+        return types.none(lanes, row, start, mean), codegen
+
+    return add_tail
+
+
+_add_tail = _lanes_tail_intrinsic(False)
+_add_tail_sqdev = _lanes_tail_intrinsic(True)
 
 
 def _short_row_sums_intrinsic(width: int):

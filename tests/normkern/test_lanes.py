@@ -244,3 +244,33 @@ def test_short_row_dx_is_the_scalar_formula_and_writes_only_the_row(dtype):
                 np.isnan(got.astype(np.float32)) & np.isnan(want.astype(np.float32)))
             assert same.all(), (dtype, n, with_x_hat)
             assert (dx[:start].astype(np.float32) == 7.0).all() and (dx[start + n:].astype(np.float32) == 7.0).all()
+
+
+@njit
+def _accumulate_onto(lanes, row, mean, squared):
+    if squared:
+        accumulate_sqdev(lanes, row, mean)
+    else:
+        accumulate(lanes, row)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_accumulate_onto_any_lanes_is_the_scalar_walk_in_every_dtype(dtype):
+    """Rows of every length up to 130 (the partial last chunk in one vector step) added onto lanes that already
+    hold values, -0 and NaN among them: each lane adds its elements in order and lanes the chunk does not
+    reach keep their bits."""
+    rng = np.random.default_rng(8)
+    np_dtype = np.dtype(dtype) if dtype != "bfloat16" else ml_dtypes.bfloat16
+    for n in range(0, 131):
+        row = (rng.standard_normal(n) * 100).astype(np_dtype)
+        start = rng.standard_normal(64).astype(np.float32)
+        start[rng.integers(0, 64, 4)] = np.array([-0.0, np.nan, np.inf, -0.0], np.float32)
+        mean = np.float32(0.25)
+        for squared in (False, True):
+            lanes = start.copy()
+            _accumulate_onto(lanes, kernel_view(row), mean, squared)
+            want = start.copy()
+            for i, value in enumerate(row.astype(np.float32)):
+                term = (value - mean) * (value - mean) if squared else value
+                want[i % 64] = np.float32(want[i % 64] + term)
+            assert np.array_equal(lanes.view(np.uint32), want.view(np.uint32)), (dtype, n, squared)
