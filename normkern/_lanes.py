@@ -96,14 +96,7 @@ def _halving_sum_intrinsic(width: int, mode: str):
     lanes_type = ir.VectorType(ir.FloatType(), width)
 
     def reduce(builder, vector):
-        w = width
-        while w > 1:
-            h = w // 2
-            lo = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(i32, h), list(range(h))))
-            hi = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(i32, h), list(range(h, w))))
-            vector = builder.fadd(lo, hi)
-            w = h
-        return builder.extract_element(vector, ir.Constant(i32, 0))
+        return _halve_to_one(builder, vector, width)
 
     def load(builder, buf, offset):
         pointer = builder.gep(buf.data, [ir.Constant(ir.IntType(64), offset)])
@@ -206,7 +199,12 @@ def _load_row(context, builder, array_type, value, mask, offset, width):
     not read)."""
     function, vector, align = _masked(builder, "load", array_type, width)
     pointer = _element_pointer(context, builder, array_type, value, offset, vector)
-    loaded = builder.call(function, [pointer, align, mask, ir.Constant(vector, None)])
+    return _widen(builder, array_type, builder.call(function, [pointer, align, mask, ir.Constant(vector, None)]),
+                  width)
+
+
+def _widen(builder, array_type, loaded, width):
+    """A vector of ``array_type``'s elements as float32, exactly."""
     if array_type.dtype == types.float32:
         return loaded
     if array_type.dtype == types.uint16:  # float16 bits
@@ -278,13 +276,8 @@ def _lanes_tail_intrinsic(squared: bool):
             function, vector, align = _masked(builder, "load", row_type, LANES)
             data = make_array(row_type)(context, builder, args[1]).data
             pointer = builder.bitcast(builder.gep(data, [start]), vector.as_pointer())
-            loaded = builder.call(function, [pointer, align, mask, ir.Constant(vector, None)])
-            if row_type.dtype == types.uint16:
-                loaded = builder.fpext(builder.bitcast(loaded, ir.VectorType(ir.HalfType(), LANES)), _f32x(LANES))
-            elif row_type.dtype == types.int16:
-                wide = builder.zext(loaded, ir.VectorType(_I32, LANES))
-                loaded = builder.bitcast(builder.shl(wide, ir.Constant(ir.VectorType(_I32, LANES), [16] * LANES)),
-                                         _f32x(LANES))
+            loaded = _widen(builder, row_type, builder.call(function, [pointer, align, mask,
+                                                                      ir.Constant(vector, None)]), LANES)
             if squared:
                 deviation = builder.fsub(loaded, _splat(builder, args[3], LANES))
                 loaded = builder.fmul(deviation, deviation)
