@@ -1,7 +1,7 @@
 """normkern.torch's layers against torch.nn's, same run.
 
-- The layer alone, forward + backward: ``normkern.torch.SyncBatchNorm`` (one process: the local path, the same
-  five kernels), ``normkern.torch.BatchNorm2d`` (PyTorch forward, normkern backward) and
+- The layer alone, forward + backward: ``normkern.torch.SyncBatchNorm`` (one process: the local path of
+  ``BatchNorm2d``), ``normkern.torch.BatchNorm2d`` (stats + elemt forward, fast_batch_norm_backward) and
   ``torch.nn.BatchNorm2d`` (the closest CPU peer), float32 and bfloat16 data (float32 parameters).
 - A ResNet-style block (conv-bn-relu x2), forward + backward per step: normkern's SyncBatchNorm at two ranks
   (gloo, spawned processes, each rank its own batch) against torch.nn.BatchNorm2d at one rank with one rank's

@@ -11,7 +11,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import normkern.torch as nt
 from tests.tolerances import TOLERANCE, assert_close
+
+# normkern.torch is imported here, before any rank's init_process_group: it imports torch._dynamo (its layers'
+# torch.compiler.disable), and torch._dynamo imported after init_process_group keeps the gloo group's threads
+# alive past destroy_process_group, so a rank may abort at interpreter exit (docs/torch.md)
 
 C = 6
 SPATIAL = (5, 7)
@@ -32,8 +37,6 @@ def _data(batches, dtype):
 
 
 def _step(rank, batches, dtype):
-    import normkern.torch as nt
-
     x, dy, weight, bias = _data(batches, dtype)
     start = sum(batches[:rank])
     rows = slice(start, start + batches[rank])
@@ -66,8 +69,6 @@ def _worker(rank, world, init_file, batches, dtype, out_dir, fail_rank):
                 continue
             assert torch.equal(value.view(torch.uint8) if value.is_floating_point() else value,
                                again[name].view(torch.uint8) if value.is_floating_point() else again[name]), name
-        import normkern.torch as nt
-
         first["threads"] = nt.threads_for(world)
         torch.save(first, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -139,8 +140,6 @@ def _contract_worker(rank, world, init_file, out_dir):
     """Across ranks: a channels_last batch stays channels_last, ``bias=False`` trains, a wrong channel count is
     torch's error on every rank before any collective (no rank waits), and a gradient penalty is refused at the
     second backward with the error that says why."""
-    import normkern.torch as nt
-
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
     try:

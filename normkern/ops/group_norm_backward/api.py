@@ -215,14 +215,7 @@ def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
     args = plan.cached_kernel_args()
     fp32_out = plan.out_dtype == "float32"
     if args.pair_rows:
-        kernel.pair_rows(partials, workspace, args)
-        halves = np.empty((args.row_halves, 2, plan.c), F32)
-        kernel.stage2_rows(workspace, args, halves)
-        if fp32_out:  # the two halves' atomic adds onto the zeroed outputs (two addends commute)
-            np.add(np.add(F32(0.0), halves[0, 0], dtype=F32), halves[1, 0], out=dgamma, dtype=F32)
-            np.add(np.add(F32(0.0), halves[0, 1], dtype=F32), halves[1, 1], out=dbeta, dtype=F32)
-        else:
-            dgamma[:], dbeta[:] = halves[0, 0], halves[0, 1]
+        kernel.stage2_rows(partials, workspace, args, fp32_out, dgamma, dbeta)
         return
     if not fp32_out and plan.n == 1 and plan.strategy is S.CANN:  # N == 1: each task casts its own partials
         dgamma[:] = partials[:, 0].reshape(-1)

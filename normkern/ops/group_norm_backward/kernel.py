@@ -16,7 +16,7 @@ Kahan compensation, as ``CopyIn_x`` / ``Copyout_dgamma``). dx in the formula of 
 
 every operation rounded to float32 in that order. The task partials then reach grad_gamma /
 grad_beta through the plan's second stage (pairs of batches onto workspace rows, the rows folded in
-UB batches, halves or arrival order), see ``pair_rows``, ``stage2_rows`` and ``add_in_order``
+UB batches, halves or arrival order), see ``stage2_rows`` and ``add_in_order``
 below. Stage 1 is a per-core body: it runs a run of the plan's cores and their tasks
 (``normkern.runtime``). Stage 2 runs its cores' channel chunks one after another on the calling
 thread: it adds ceil(N/2) rows of C partials, about 1/HxW of stage 1's work.
@@ -383,7 +383,7 @@ def _batch_fold(ws, first_row, rows, c0, count, pitch, batch_rows, acc, scratch)
 
 
 @njit(cache=True, error_model="numpy")
-def pair_rows(partials, ws, args):
+def _pair_rows(partials, ws, args):
     """Stage-1 copy-out of the workspace path: task (n, g) adds its partials onto row n // 2 (zeroed by
     core 0); the two addends of a row commute, so any arrival order gives these bits."""
     rows = args.pair_rows
@@ -401,7 +401,7 @@ def pair_rows(partials, ws, args):
 
 
 @njit(cache=True, error_model="numpy")
-def stage2_rows(ws, args, halves):
+def _stage2_rows(ws, args, halves):
     """The workspace rows folded per channel chunk on the plan's stage-2 cores: ``halves`` (row_halves, 2, C)
     receives each half's (dgamma, dbeta) sums (fp32: two halves of the rows; fp16/bf16: one)."""
     cores = args.stage2_cores
@@ -420,6 +420,24 @@ def stage2_rows(ws, args, halves):
             out = halves[half, which]
             for i in range(count):  # a slice assignment would compile a shape-mismatch error path
                 out[c0 + i] = acc[i]
+
+
+@njit(cache=True, error_model="numpy")
+def stage2_rows(partials, ws, args, fp32_out, dgamma, dbeta):
+    """The workspace path's second stage in one call: the task partials paired onto the workspace rows
+    (``_pair_rows``), the rows folded per channel chunk (``_stage2_rows``), then the halves onto the outputs:
+    in fp32 both halves' atomic adds onto the zeroed outputs (two addends commute), else the one half's
+    cast."""
+    _pair_rows(partials, ws, args)
+    halves = np.empty((args.row_halves, 2, args.c), F32)
+    _stage2_rows(ws, args, halves)
+    for i in range(args.c):
+        if fp32_out:
+            dgamma[i] = (F32(0.0) + halves[0, 0, i]) + halves[1, 0, i]
+            dbeta[i] = (F32(0.0) + halves[0, 1, i]) + halves[1, 1, i]
+        else:
+            dgamma[i] = halves[0, 0, i]
+            dbeta[i] = halves[0, 1, i]
 
 
 @njit(cache=True, error_model="numpy")
