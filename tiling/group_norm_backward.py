@@ -34,7 +34,8 @@ whenever N > 2). Atlas training (Ascend910) and Ascend950 get ``"modeled"`` plan
 their own figures (cores, UB, system workspace): on Atlas training the op_api composes closed TBE ops
 (BatchNorm training grads on ``(1, N*G, -1)`` and ReduceSums) instead of GroupNormGrad, and the 950's
 public arch35 tiling (binary-add sums, its small-NG full-load and recompute templates) is a different
-code base, not reproduced yet.
+code base: ``arch35`` (``tiling.group_norm_backward_arch35``) reproduces it, on Ascend950 only and only when
+asked until its kernel is built (``strategy="arch35"``: plan, TilingData and workspace; no execution yet).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import group_norm_backward_arch35 as arch35
 from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
-from .soc import DTYPE_BYTES, SocSpec, get_soc
+from .soc import ASCEND950, DTYPE_BYTES, SocSpec, get_soc
 from .split import Split
 from .support import require, support
 from .tiling_data import TilingData, int_fields, tiling_data_class
@@ -78,6 +80,7 @@ class GroupNormBackwardStrategy(enum.Enum):
     EMPTY = "empty"
     CANN = "cann"
     ATOMIC = "atomic"
+    ARCH35 = "arch35"
 
 
 S = GroupNormBackwardStrategy
@@ -239,11 +242,12 @@ def _stage2(p: GroupNormBackwardProblem, td: dict, used: int, workspace_path: bo
 @dataclass(frozen=True, kw_only=True)
 class GroupNormBackwardPlan(Plan):
     op = OP
-    explain_properties = ("mode_text",)
+    explain_properties = ("mode_text", "stages")
     explain_notes = (
-        "per task (n, g), per channel: sum dy and sum x_hat * dy over HxW, each one ReduceSum in the A2 "
-        "fold-halves order (mode 3: per HxW chunk, the chunk sums combined with Kahan compensation)",
-        "dx per task from the task's own sums, in the A2 kernel's formula for the mode",
+        "per task (n, g), per channel: sum dy and sum x_hat * dy over HxW; A2 and host plans: each one ReduceSum "
+        "in the A2 fold-halves order (mode 3: per HxW chunk, the chunk sums combined with Kahan compensation); "
+        "arch35: the binary add its TilingData's binaryAdd* fields describe",
+        "dx per task from the task's own sums, in the kernel's formula for the mode",
     )
 
     strategy: GroupNormBackwardStrategy
@@ -253,7 +257,9 @@ class GroupNormBackwardPlan(Plan):
     g: int = unit("groups", "group")
     dtype: str = unit("", "dtype of grad_out / input")
     out_dtype: str = unit("", "dtype of mean, rstd, gamma and grad_gamma / grad_beta")
-    mode: int = unit("", "stage-1 UB mode (0 group in UB, 1 one channel, 2 channels, 3 HxW chunks, 5 HxW == 1)")
+    mode: int = unit("", "stage-1 UB mode (A2: 0 group in UB, 1 one channel, 2 channels, 3 HxW chunks, 5 HxW == 1; "
+                         "arch35: 100 group full load, 200 channel full load, 300 recompute, 400 small N x G, "
+                         "500 empty)")
     mode0_groups: int = unit("groups", "mode0UbCapGNum: whole groups the UB holds (mode 0 when > 0)")
 
     @property
@@ -263,8 +269,36 @@ class GroupNormBackwardPlan(Plan):
     @property
     def mode_text(self) -> str:
         """what the stage-1 mode keeps in UB"""
+        if self.strategy is S.ARCH35:
+            return arch35.MODE_NAMES.get(self.mode, "-")
         return {MODE_0: "a whole group", MODE_1: "one channel", MODE_2: "several channels",
                 MODE_3: "a HxW chunk", MODE_5: "HxW == 1: no reduction per channel"}.get(self.mode, "-")
+
+    @property
+    def stages(self) -> str:
+        """the arch35 kernel's stages and the cores each takes"""
+        if self.strategy is not S.ARCH35 or self.tiling_data is None:
+            return "-"
+        td = self.tiling_data
+        if self.mode == arch35.EMPTY_KEY:
+            return (f"empty input: grad_gamma and grad_beta zeroed, {td['cols']} columns on {td['usedCoreNumDG']} "
+                    f"core(s) of {self.block_dim} launched")
+        parts = []
+        if self.mode == arch35.MODE_3:
+            parts.append(f"stage 0: N*C = {self.n * self.c} channel sums on {td['stage0CoreUsed']} cores "
+                         f"({td['stage0TaskNumPerCore']} a core)")
+        parts.append(f"clear: {td['workSpaceSize']} x 2 workspace floats in {td['clrBlockNum']} blocks of "
+                     f"{td['clrBlockSize']}")
+        parts.append(f"stage 1 ({self.mode_text}): N*G = {self.n * self.g} tasks on {td['stage1CoreUsed']} cores "
+                     f"({td['taskNumPerCore']} a core)")
+        if td["stage2CoreUsed"]:
+            how = (f"binary-add tree over {td['reduceNCnt']} rows" if td["stage2Mode"] == arch35.STAGE2_MODE_1 else
+                   f"row tiles of {td['nFactorStage2Mode2']} with {td['cacheBufferCount']} cache levels")
+            parts.append(f"stage 2 (mode {td['stage2Mode']}): C = {self.c} channels on {td['stage2CoreUsed']} cores, "
+                         + how)
+        else:
+            parts.append("no stage 2 (N = 1: the task sums are the outputs)")
+        return "; ".join(parts)
 
     @property
     def pair_rows(self) -> int:
@@ -273,6 +307,9 @@ class GroupNormBackwardPlan(Plan):
 
     def check(self) -> None:
         if self.strategy is S.EMPTY:
+            return
+        if self.strategy is S.ARCH35:
+            self._check_arch35()
             return
         if type(self.tiling_data) is not GroupNormGradTilingData:
             raise ValueError("tiling_data must be a GroupNormGradTilingData")
@@ -291,15 +328,43 @@ class GroupNormBackwardPlan(Plan):
             if halves * td["stage2CoreUsed"] > self.block_dim:
                 raise ValueError("stage 2 needs more cores than the plan launches")
 
+    def _check_arch35(self) -> None:
+        if self.tiling_data is None:
+            return
+        if type(self.tiling_data) is not self.tiling_data_class():
+            raise ValueError(f"tiling_data must be a {self.tiling_data_class().__name__}")
+        td = self.tiling_data
+        if self.mode == arch35.EMPTY_KEY:
+            return
+        if self.core_split.total != self.n * self.g:
+            raise ValueError(f"core split covers {self.core_split.total} tasks, expected N*G = {self.n * self.g}")
+        if td["clrBlockSize"] * (td["clrBlockNum"] - 1) + td["clrTailBlockSize"] != td["workSpaceSize"]:
+            raise ValueError("the clearing blocks do not cover the workspace exactly")
+        if td["stage2CoreUsed"] and td["stage2Mode"] == arch35.STAGE2_MODE_1 and \
+                td["cBlockFactor"] * (td["stage2CoreUsed"] - 1) + td["cTailBlockFactor"] != self.c:
+            raise ValueError("the stage-2 channel blocks do not cover C exactly")
+
     def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
         return ("tasks (n, g)", self.n * self.g), ("elements of a task", self.c_g * self.hxw)
 
     def shares(self) -> tuple[Share, ...]:
         """A core's tasks, every element of each; its stage-1 UB blocks by mode: a whole group (0), channels
         (1, 2: ``mode1_ub_cap_C_num`` at a time) or HxW chunks of each channel (3)."""
-        if self.strategy is S.EMPTY:
+        if self.strategy is S.EMPTY or self.mode == arch35.EMPTY_KEY:
             return ()
         td, width = self.tiling_data, self.c_g * self.hxw
+        if self.strategy is S.ARCH35:
+            cap = {arch35.MODE_1: td["mode1UbCapCNum"], arch35.MODE_3: td["mode1UbCapCNum"]}.get(self.mode, 0)
+            if cap:
+                edges = tuple(range(cap * self.hxw, width, cap * self.hxw))
+            elif self.mode == arch35.MODE_2:
+                step = td["mode2UbCapEle"]
+                edges = tuple(sorted({c * self.hxw + k for c in range(self.c_g) for k in range(0, self.hxw, step)}
+                                     - {0}))
+            else:
+                edges = ()
+            return tuple(Share(core, 0, (start, start + count), (0, width), edges)
+                         for core, (start, count) in enumerate(self.core_split.ranges()) if count)
         if self.mode in (MODE_1, MODE_2):
             edges = tuple(range(td["mode1_ub_cap_C_num"] * self.hxw, width, td["mode1_ub_cap_C_num"] * self.hxw))
         elif self.mode == MODE_3:
@@ -311,12 +376,17 @@ class GroupNormBackwardPlan(Plan):
                      for core, (start, count) in enumerate(self.core_split.ranges()) if count)
 
     def tiling_data_class(self) -> type[TilingData]:
+        if self.strategy is S.ARCH35:
+            return arch35.GroupNormGradEmptyTilingData if self.mode == arch35.EMPTY_KEY else \
+                arch35.GroupNormGradRegBaseTilingData
         return GroupNormGradTilingData
 
     def summary_ub(self) -> str:
         return f"mode{self.mode} {self.dtype}" if self.strategy is not S.EMPTY else "-"
 
     def kernel_args(self) -> GroupNormBackwardArgs:
+        if self.strategy is S.ARCH35:
+            raise TilingError(f"[{OP}] the arch35 plan has no kernel yet: it can be planned, not run")
         td = self.tiling_data
         ranges = self.core_split.ranges()
         rows = self.pair_rows
@@ -378,6 +448,63 @@ def _build(p: GroupNormBackwardProblem, strategy: S, rejected) -> GroupNormBackw
         mode=td["Tiling_key"], mode0_groups=mode0_groups)
 
 
+def _build_arch35(p: GroupNormBackwardProblem, rejected) -> GroupNormBackwardPlan:
+    """The arch35 host tiling's plan (``tiling.group_norm_backward_arch35``): key, block_dim, the
+    TilingData's three structs, the workspace rows; an empty input with C > 0 gets the empty tiling
+    (key 500: the C gradient columns zeroed), C == 0 launches nothing (the op_api returns first)."""
+    soc = p.soc
+    common = dict(soc=soc, strategy=S.ARCH35, source="cann-ops-nn", rejected=rejected, n=p.n, c=p.c, hxw=p.hxw,
+                  g=p.g, dtype=p.dtype, out_dtype=p.out_dtype)
+    if not p.n * p.c * p.hxw:
+        if p.c == 0:
+            return GroupNormBackwardPlan(**common, tiling_key=None, block_dim=0, core_split=Split.even(0, 1),
+                                         tree=ReductionTree(()), workspace=WorkspaceLayout(0, 0), tiling_data=None,
+                                         mode=arch35.EMPTY_KEY, mode0_groups=0)
+        if p.c // p.g > arch35.UPPER_CARRYING_LIMIT:
+            raise TilingError(f"[{OP}] C/group = {p.c // p.g} exceeds {arch35.UPPER_CARRYING_LIMIT} "
+                              "(CheckInputAndOutput)")
+        td = arch35.empty_tiling(p.c, soc)
+        return GroupNormBackwardPlan(
+            **common, tiling_key=arch35.EMPTY_KEY, block_dim=soc.vector_cores,
+            core_split=Split.quota(p.c, td["usedCoreNumDG"]), tree=ReductionTree(()),
+            workspace=WorkspaceLayout(soc.system_workspace_bytes,
+                                      arch35.MIN_WORKSPACE_SIZE - soc.system_workspace_bytes),
+            tiling_data=td, mode=arch35.EMPTY_KEY, mode0_groups=0)
+    r = arch35.arch35_tiling(p.n, p.c, p.hxw, p.g, p.dtype, p.out_dtype, p.mask, soc)
+    td = r["td"]
+    lanes = ReduceLevel("lanes", Combine.PAIRWISE, LANES, f"a channel's HxW by binary add: quotient "
+                        f"{td['binaryAddQuotient']}, K {td['binaryAddK']}, last {td['binaryAddLastNum']}")
+    levels = [lanes]
+    if r["mode"] == arch35.MODE_2:
+        levels.append(ReduceLevel("loops", Combine.SEQUENTIAL, td["mode2MainLoopCnt"],
+                                  f"{td['mode2MainLoopCnt']} main loops of {td['mode2OneLoopSize']}, "
+                                  f"{td['mode2FoldLoopCnt']} fold loops folded onto them"))
+    rows = r["reduce_rows"]
+    if td["stage2CoreUsed"]:
+        if r["mode"] != arch35.MODE_3:
+            levels.append(ReduceLevel("batch_pairs", Combine.ATOMIC, 2, "tasks (2k, g) and (2k+1, g) onto row k"))
+        detail = (f"{rows} workspace rows, a binary-add tree past {arch35.RA_BINARY_ADD_THRESHOLD} (quotient "
+                  f"{td['stage2BinaryAddQuotient']}, K {td['stage2BinaryAddK']})"
+                  if td["stage2Mode"] == arch35.STAGE2_MODE_1 else
+                  f"{rows} workspace rows in tiles of {td['nFactorStage2Mode2']}, "
+                  f"{td['cacheBufferCount']} cache levels")
+        levels.append(ReduceLevel("rows", Combine.PAIRWISE, rows, detail))
+    else:
+        levels.append(ReduceLevel("tasks", Combine.ATOMIC, 1, "N = 1: each task's sums onto the zeroed outputs"))
+    regions = (Region("partials", 0, r["user_bytes"], "float32", (2, td["workSpaceSize"] // p.c, p.c)),)
+    return GroupNormBackwardPlan(
+        **common, tiling_key=r["key"], block_dim=r["block_dim"], core_split=Split.even(p.n * p.g, r["stage1_cores"]),
+        tree=ReductionTree(tuple(levels), LaneOrder.FOLD_HALVES),
+        workspace=WorkspaceLayout(soc.system_workspace_bytes, r["user_bytes"], regions), tiling_data=td,
+        mode=r["mode"], mode0_groups=td["mode0UbCapGNum"])
+
+
+def _check_arch35(p):
+    if p.soc.arch != ASCEND950:
+        return Rejection("arch35", f"the arch35 tiling is Ascend950's, not {p.soc.name}'s", True)
+    return Rejection("arch35", "planned only when asked for until its kernel is built (it does not run yet)", False)
+
+
 def _check_empty(p):
     if p.n * p.c * p.hxw:
         return Rejection("empty", f"input has {p.n * p.c * p.hxw} elements", True)
@@ -396,9 +523,10 @@ def _check_atomic(p):
     return Rejection("atomic", "the A2 code takes the workspace path; atomic only when asked for", False)
 
 
-REGISTRY = StrategyRegistry(OP, S, tuple(
+REGISTRY = StrategyRegistry(OP, S, (*(
     Strategy(s, check, lambda p, r, s=s: _build(p, s, r))
-    for s, check in ((S.EMPTY, _check_empty), (S.CANN, _check_cann), (S.ATOMIC, _check_atomic))))
+    for s, check in ((S.EMPTY, _check_empty), (S.CANN, _check_cann), (S.ATOMIC, _check_atomic))),
+    Strategy(S.ARCH35, _check_arch35, _build_arch35)))
 
 
 def plan_group_norm_backward(n: int, c: int, hxw: int, group: int, dtype="float32",
@@ -424,4 +552,7 @@ def _plan_cached(n, c, hxw, g, dtype, out_dtype, mask, soc, strategy) -> GroupNo
     require(OP, soc, dtype)
     if not require(OP, soc, out_dtype).mixed and out_dtype != dtype:
         raise TilingError(f"[{OP}] on {soc.name} mean's dtype must equal the input's ({dtype}), got {out_dtype}")
+    if out_dtype != dtype and out_dtype != "float32":
+        raise TilingError(f"[{OP}] on {soc.name} mean's dtype must be the input's ({dtype}) or float32, got "
+                          f"{out_dtype} (a float32 input takes float32 statistics only)")
     return REGISTRY.plan(GroupNormBackwardProblem(n, c, hxw, g, dtype, out_dtype, mask, soc), strategy)

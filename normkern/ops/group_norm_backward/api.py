@@ -26,7 +26,7 @@ from ..._checks import (
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
 from ..._streaming import worth_streaming
-from ...errors import InvalidParameterError
+from ...errors import InvalidParameterError, TilingError
 from ...runtime import launch, plan_spans
 from . import kernel
 
@@ -154,6 +154,9 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
                                                                S.EMPTY if empty else forced,
                                                                out_dtype=dtype_name(mean.dtype), output_mask=mask),
                    want_deterministic, f"each channel's {n} task partials")
+    if plan.strategy is S.ARCH35:
+        raise TilingError(OP, "strategy arch35 (the Ascend950 arch35 tiling) can be planned "
+                          "(tiling.plan_group_norm_backward) but has no kernel yet")
     stats_dtype = mean.dtype
 
     def run(workspace: np.ndarray, grad_out, input, mean, rstd, gamma, grad_input, grad_gamma, grad_beta):
