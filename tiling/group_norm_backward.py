@@ -348,28 +348,22 @@ class GroupNormBackwardPlan(Plan):
         return ("tasks (n, g)", self.n * self.g), ("elements of a task", self.c_g * self.hxw)
 
     def shares(self) -> tuple[Share, ...]:
-        """A core's tasks, every element of each; its stage-1 UB blocks by mode: a whole group (0), channels
-        (1, 2: ``mode1_ub_cap_C_num`` at a time) or HxW chunks of each channel (3)."""
+        """A core's tasks, every element of each; its stage-1 UB blocks by mode: a whole group (A2 0, arch35
+        100), channels (A2 1, 2: ``mode1_ub_cap_C_num`` at a time; arch35 200, 400: ``mode1UbCapCNum``) or HxW
+        chunks of each channel (A2 3, arch35 300)."""
         if self.strategy is S.EMPTY or self.mode == arch35.EMPTY_KEY:
             return ()
         td, width = self.tiling_data, self.c_g * self.hxw
         if self.strategy is S.ARCH35:
-            cap = {arch35.MODE_1: td["mode1UbCapCNum"], arch35.MODE_3: td["mode1UbCapCNum"]}.get(self.mode, 0)
-            if cap:
-                edges = tuple(range(cap * self.hxw, width, cap * self.hxw))
-            elif self.mode == arch35.MODE_2:
-                step = td["mode2UbCapEle"]
-                edges = tuple(sorted({c * self.hxw + k for c in range(self.c_g) for k in range(0, self.hxw, step)}
-                                     - {0}))
-            else:
-                edges = ()
-            return tuple(Share(core, 0, (start, start + count), (0, width), edges)
-                         for core, (start, count) in enumerate(self.core_split.ranges()) if count)
-        if self.mode in (MODE_1, MODE_2):
-            edges = tuple(range(td["mode1_ub_cap_C_num"] * self.hxw, width, td["mode1_ub_cap_C_num"] * self.hxw))
-        elif self.mode == MODE_3:
-            cap = td["mode2_ub_capacity_ele"]
-            edges = tuple(sorted({c * self.hxw + k for c in range(self.c_g) for k in range(0, self.hxw, cap)} - {0}))
+            channels = td["mode1UbCapCNum"] if self.mode in (arch35.MODE_1, arch35.MODE_3) else 0
+            chunk = td["mode2UbCapEle"] if self.mode == arch35.MODE_2 else 0
+        else:
+            channels = td["mode1_ub_cap_C_num"] if self.mode in (MODE_1, MODE_2) else 0
+            chunk = td["mode2_ub_capacity_ele"] if self.mode == MODE_3 else 0
+        if channels:
+            edges = tuple(range(channels * self.hxw, width, channels * self.hxw))
+        elif chunk:
+            edges = tuple(sorted({c * self.hxw + k for c in range(self.c_g) for k in range(0, self.hxw, chunk)} - {0}))
         else:
             edges = ()
         return tuple(Share(core, 0, (start, start + count), (0, width), edges)
