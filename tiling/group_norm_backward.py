@@ -32,10 +32,10 @@ Deviations, each where the A2 code cannot be followed: on a one-core SoC an fp32
 need ``castEleNum = Ceil(DivCeil(C, 0), 64) = 0`` and is refused (never on A2: ``coreNumUsed >= 3``
 whenever N > 2). Atlas training (Ascend910) and Ascend950 get ``"modeled"`` plans from the same code with
 their own figures (cores, UB, system workspace): on Atlas training the op_api composes closed TBE ops
-(BatchNorm training grads on ``(1, N*G, -1)`` and ReduceSums) instead of GroupNormGrad, and the 950's
-public arch35 tiling (binary-add sums, its small-NG full-load and recompute templates) is a different
-code base: ``arch35`` (``tiling.group_norm_backward_arch35``) reproduces it, on Ascend950 only and only when
-asked until its kernel is built (``strategy="arch35"``: plan, TilingData and workspace; no execution yet).
+(BatchNorm training grads on ``(1, N*G, -1)`` and ReduceSums) instead of GroupNormGrad; on Ascend950 that
+model is there only when asked for (``strategy="cann"``), because the 950's public arch35 tiling (binary-add
+sums, its small-NG full-load and recompute templates) is a different code base, which ``arch35``
+(``tiling.group_norm_backward_arch35``) reproduces and the 950 plans by default.
 """
 
 from __future__ import annotations
@@ -380,7 +380,8 @@ class GroupNormBackwardPlan(Plan):
 
     def kernel_args(self) -> GroupNormBackwardArgs:
         if self.strategy is S.ARCH35:
-            raise TilingError(f"[{OP}] the arch35 plan has no kernel yet: it can be planned, not run")
+            raise TilingError(f"[{OP}] the arch35 plan's kernel reads its TilingData fields "
+                              "(normkern.ops.group_norm_backward.kernel_arch35.params), not the A2 kernel arguments")
         td = self.tiling_data
         ranges = self.core_split.ranges()
         rows = self.pair_rows
@@ -399,7 +400,7 @@ class GroupNormBackwardPlan(Plan):
 
 def _build(p: GroupNormBackwardProblem, strategy: S, rejected) -> GroupNormBackwardPlan:
     soc = p.soc
-    cann = support(OP, soc).tiling == "cann-ops-nn"
+    cann = support(OP, soc).tiling == "cann-ops-nn" and soc.arch != ASCEND950  # the 950's exact code is arch35
     exact = cann and strategy is not S.ATOMIC  # CANN never picks atomic for N > 2
     common = dict(soc=soc, strategy=strategy, source="cann-ops-nn" if exact else "modeled", rejected=rejected,
                   n=p.n, c=p.c, hxw=p.hxw, g=p.g, dtype=p.dtype, out_dtype=p.out_dtype)
@@ -488,7 +489,7 @@ def _build_arch35(p: GroupNormBackwardProblem, rejected) -> GroupNormBackwardPla
     regions = (Region("partials", 0, r["user_bytes"], "float32", (2, td["workSpaceSize"] // p.c, p.c)),)
     return GroupNormBackwardPlan(
         **common, tiling_key=r["key"], block_dim=r["block_dim"], core_split=Split.even(p.n * p.g, r["stage1_cores"]),
-        tree=ReductionTree(tuple(levels), LaneOrder.FOLD_HALVES),
+        tree=ReductionTree(tuple(levels), LaneOrder.BINARY_ADD),
         workspace=WorkspaceLayout(soc.system_workspace_bytes, r["user_bytes"], regions), tiling_data=td,
         mode=r["mode"], mode0_groups=td["mode0UbCapGNum"])
 
@@ -496,18 +497,23 @@ def _build_arch35(p: GroupNormBackwardProblem, rejected) -> GroupNormBackwardPla
 def _check_arch35(p):
     if p.soc.arch != ASCEND950:
         return Rejection("arch35", f"the arch35 tiling is Ascend950's, not {p.soc.name}'s", True)
-    return Rejection("arch35", "planned only when asked for until its kernel is built (it does not run yet)", False)
+    return None
 
 
 def _check_empty(p):
     if p.n * p.c * p.hxw:
         return Rejection("empty", f"input has {p.n * p.c * p.hxw} elements", True)
+    if p.soc.arch == ASCEND950:
+        return Rejection("empty", "Ascend950's arch35 code tiles an empty input itself (key 500)", False)
     return None
 
 
 def _check_cann(p):
     if not p.n * p.c * p.hxw:
         return Rejection("cann", "input is empty", True)
+    if p.soc.arch == ASCEND950:
+        return Rejection("cann", "Ascend950 runs its arch35 tiling; the A2 templates with the 950's figures "
+                         "only when asked for", False)
     return None
 
 

@@ -28,10 +28,12 @@ class Combine(Enum):
 
 
 class LaneOrder(Enum):
-    """The two exact orders of the lanes level (SPEC §3)."""
+    """The exact orders of the lanes level (SPEC §3), and the 950 arch35 kernels' binary add
+    (``CalBinaryParams``: the tail added onto a power-of-two quotient, a register sum per 64, those halved)."""
 
     INTERLEAVED = "interleaved"
     FOLD_HALVES = "fold_halves"
+    BINARY_ADD = "binary_add"
 
 
 LANES = 64

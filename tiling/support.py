@@ -90,8 +90,8 @@ _TABLE: dict[tuple[str, str], Support] = {
         A2_A3: (ALL, "cann-ops-nn", "GroupNormGrad"),
         ATLAS_TRAINING: (NO_BF16, "modeled", "the op_api composes closed TBE ops there; planned with the A2 "
                          "GroupNormGrad templates and this SoC's figures"),
-        ASCEND950: (ALL, "modeled", "the A2 GroupNormGrad templates with the 950's figures; the public arch35 "
-                    "tiling is planned with strategy='arch35', not run yet", True),
+        ASCEND950: (ALL, "cann-ops-nn", "GroupNormGrad arch35 (regbase); the A2 templates with the 950's figures "
+                    "with strategy='cann'", True),
         HOST: (ALL, "modeled", "the GroupNormGrad tiling with the CPU's figures", True)}),
     **_rows("batch_norm_elemt", {
         A2_A3: (ALL, "modeled", "op_api over the closed TBE BatchNorm inference kernel"),

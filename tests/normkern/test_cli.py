@@ -187,8 +187,12 @@ def test_plan_draws_its_picture(tmp_path, capsys, args, head):
 def test_group_norm_backward_plans_on_atlas_training_and_950(soc, capsys):
     assert main(["plan", "group_norm_backward", "--shape", "8,64,14,14", "--group", "8", "--soc", soc]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"group_norm_backward[cann] {soc} cores=")
-    assert re.search(r"^source +modeled ", out, re.M)
+    if soc == "Ascend950":  # its own arch35 code: the key of mode 100 with float32
+        assert out.startswith("group_norm_backward[arch35] Ascend950 key=101 cores=64 ")
+        assert re.search(r"^source +cann-ops-nn ", out, re.M) and re.search(r"^stages +.*stage 2 \(mode 1\)", out, re.M)
+    else:
+        assert out.startswith(f"group_norm_backward[cann] {soc} cores=")
+        assert re.search(r"^source +modeled ", out, re.M)
 
 
 def test_plan_svg_to_a_path_that_cannot_be_written_is_one_error_line(tmp_path, capsys):

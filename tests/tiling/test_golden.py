@@ -34,6 +34,12 @@ GOLDEN_CASES = {
                                                                                    "Ascend910B2"),
     "groupnorm_a2_bf16_n8_c32_hw49_g8": lambda: tiling.plan_group_norm_backward(8, 32, 49, 8, "bfloat16",
                                                                                 "Ascend910B2"),
+    "groupnorm_a950_f32_n2_c120_hw5120_g4": lambda: tiling.plan_group_norm_backward(2, 120, 64 * 80, 4, "float32",
+                                                                                    "Ascend950"),
+    "groupnorm_a950_f16_n1_c2130_hw1664x1664_g71": lambda: tiling.plan_group_norm_backward(
+        1, 2130, 1664 * 1664, 71, "float16", "Ascend950"),
+    "groupnorm_a950_f32_n3800_c8_hw1_g2": lambda: tiling.plan_group_norm_backward(3800, 8, 1, 2, "float32",
+                                                                                  "Ascend950"),
     "elemt_a2_f16_32x64x56x56": lambda: tiling.plan_batch_norm_elemt((32, 64, 56, 56), "float16", "Ascend910B2"),
     "bnreduce_a950_f32_32x64x56x56": lambda: tiling.plan_batch_norm_backward_reduce((32, 64, 56, 56), "float32",
                                                                                     "Ascend950"),

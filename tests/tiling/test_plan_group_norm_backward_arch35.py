@@ -6,12 +6,9 @@ key). Fields: worked by hand from ``group_norm_grad_tiling_arch35.cpp`` (cited b
 of each stage-1 mode, and from ``group_norm_grad_empty_tiling_arch35.cpp`` for key 500.
 """
 
-import numpy as np
 import pytest
 
-import normkern
 import tiling
-from normkern.errors import TilingError
 from tiling.group_norm_backward_arch35 import binary_params
 
 SOC = "Ascend950"
@@ -131,15 +128,18 @@ def test_empty_tiling_key_500():
     assert none.block_dim == 0 and none.tiling_data is None  # gamma empty: the op_api launches nothing
 
 
-def test_opt_in_only_on_the_950_and_not_run():
-    assert tiling.plan_group_norm_backward(2, 64, 1024, 32, "float32", SOC).strategy.value == "cann"
+def test_the_950_default_and_only_the_950():
+    """The 950 plans arch35 unless asked for the A2 templates (modeled); no other SoC has it."""
+    default = tiling.plan_group_norm_backward(2, 64, 1024, 32, "float32", SOC)
+    assert default.strategy.value == "arch35" and default.source == "cann-ops-nn" and default.tiling_key == 101
+    assert default.tree.lane_order.value == "binary_add"
+    a2 = tiling.plan_group_norm_backward(2, 64, 1024, 32, "float32", SOC, "cann")
+    assert a2.source == "modeled" and a2.tiling_key is None
+    assert ("cann", "Ascend950 runs its arch35 tiling; the A2 templates with the 950's figures only when asked "
+            "for") in [(r.strategy, r.reason) for r in default.rejected]
     with pytest.raises(tiling.TilingError, match="Ascend950"):
         tiling.plan_group_norm_backward(2, 64, 1024, 32, "float32", "Ascend910B2", "arch35")
-    x = np.ones((2, 64, 32, 32), np.float32)
-    with pytest.raises(TilingError, match="no kernel yet") as raised:
-        normkern.group_norm_backward(x, x, np.zeros(64, np.float32), np.ones(64, np.float32), None, 2, 64, 1024, 32,
-                                     soc=SOC, strategy="arch35")
-    assert raised.value.status == 561002
+    assert tiling.plan_group_norm_backward(0, 64, 1024, 32, "float32", SOC).tiling_key == 500
 
 
 def test_plan_text_json_and_picture_show_the_stages():

@@ -26,7 +26,7 @@ from ..._checks import (
 from ..._dtypes import dtype_name, kernel_view
 from ..._executor import Executor, pythonic
 from ..._streaming import worth_streaming
-from ...errors import InvalidParameterError, TilingError
+from ...errors import InvalidParameterError
 from ...runtime import launch, plan_spans
 from . import kernel
 
@@ -150,20 +150,22 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
     want_deterministic = _config.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     empty = grad_out.size == 0 or input.size == 0
+    if empty:  # the 950's arch35 code tiles an empty input itself (key 500: the gradient columns zeroed)
+        arch35 = spec.arch == tiling.ASCEND950 and forced in (None, S.ARCH35)
+        forced = S.ARCH35 if arch35 else S.EMPTY
     plan = planned(OP, lambda: tiling.plan_group_norm_backward(n, c, hxw, g, dtype_name(grad_out.dtype), spec,
-                                                               S.EMPTY if empty else forced,
-                                                               out_dtype=dtype_name(mean.dtype), output_mask=mask),
+                                                               forced, out_dtype=dtype_name(mean.dtype),
+                                                               output_mask=mask),
                    want_deterministic, f"each channel's {n} task partials")
-    if plan.strategy is S.ARCH35:
-        raise TilingError(OP, "strategy arch35 (the Ascend950 arch35 tiling) can be planned "
-                          "(tiling.plan_group_norm_backward) but has no kernel yet")
     stats_dtype = mean.dtype
 
     def run(workspace: np.ndarray, grad_out, input, mean, rstd, gamma, grad_input, grad_gamma, grad_beta):
         gi = grad_input if grad_input is not None or not mask[0] else np.empty(input.shape, grad_out.dtype)
         gg = grad_gamma if grad_gamma is not None or not mask[1] else np.empty(gamma_shape, stats_dtype)
         gb = grad_beta if grad_beta is not None or not mask[2] else np.empty(gamma_shape, stats_dtype)
-        if plan.strategy is not S.EMPTY:
+        if plan.strategy is S.ARCH35:
+            _execute_arch35(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace)
+        elif plan.strategy is not S.EMPTY:
             _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace, arrival_seed)
         elif not outputs_required:  # the Pythonic layer answers an empty input with zero sums
             for out, m in ((gg, mask[1]), (gb, mask[2])):
@@ -213,6 +215,32 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
                 (gb if mask[2] else None, dbeta.reshape(gb.shape) if mask[2] else dbeta)))
 
 
+def _execute_arch35(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace) -> None:
+    """The arch35 plan: its kernel (``kernel_arch35``, imported on first use: A2 and host calls never compile
+    it) writes dx and the float32 gradient sums; key 500 (an empty input) zeroes grad_gamma and grad_beta."""
+    outputs = ((gg if mask[1] else None), (gb if mask[2] else None))
+    if plan.mode == tiling.group_norm_backward_arch35.EMPTY_KEY:
+        for out in outputs:
+            if out is not None:
+                out[...] = 0
+        return
+    from . import kernel_arch35
+
+    dy3, x3 = task_views(plan, grad_out, input)
+    direct = mask[0] and gi.dtype == grad_out.dtype and gi.flags.c_contiguous
+    dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), grad_out.dtype)
+    m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
+    partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
+    p = plan.memo("arch35_params", lambda: kernel_arch35.params(plan))
+    kernel_arch35.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, p, mask[0], partials)
+    if mask[0] and not direct:
+        gi[...] = dx3.reshape(gi.shape)
+    dgamma, dbeta = f32_buffer(outputs[0], plan.c), f32_buffer(outputs[1], plan.c)
+    kernel_arch35.stage2(partials, p, workspace, dgamma.reshape(-1), dbeta.reshape(-1))
+    write_back(((outputs[0], dgamma.reshape(gg.shape) if mask[1] else dgamma),
+                (outputs[1], dbeta.reshape(gb.shape) if mask[2] else dbeta)))
+
+
 def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
     """The task partials to grad_gamma / grad_beta (float32 (C,)), through the workspace as the plan says."""
     args = plan.cached_kernel_args()
@@ -243,7 +271,8 @@ def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW:
     ``mean`` and ``rstd`` N*group elements; ``gamma`` C elements or None (ones). grad_gamma and
     grad_beta take mean's dtype and gamma's shape. Compute is float32.
 
-    ``soc`` picks the plan (default Ascend910B2: the exact A2 GroupNormGrad tiling); ``strategy``
+    ``soc`` picks the plan (default Ascend910B2: the exact A2 GroupNormGrad tiling; Ascend950: its exact
+    arch35 tiling and kernel order, ``strategy="arch35"``); ``strategy``
     ``"atomic"`` adds every task's partials onto the outputs in an arrival order (``arrival_seed``
     replays one; without it each call draws a fresh order): non-deterministic once N > 2, refused
     while determinism is on (``deterministic=`` or :func:`normkern.set_deterministic`).
