@@ -9,15 +9,16 @@ from tiling import LANES
 F32 = np.float32
 
 
-def pairwise64(buf: np.ndarray) -> F32:
-    """The 64-lane pairwise fold (32+32, 16+16, ..., 1+1) of ``buf[:64]``, zero-padded when shorter."""
-    lanes = np.zeros(LANES, F32)
-    lanes[:min(buf.shape[0], LANES)] = buf[:LANES]
+def pairwise64(buf: np.ndarray) -> F32 | np.ndarray:
+    """The 64-lane pairwise fold (32+32, 16+16, ..., 1+1) of ``buf[..., :64]``, zero-padded when shorter:
+    a scalar of a 1-D buffer, one sum per row of a 2-D one."""
+    lanes = np.zeros((*buf.shape[:-1], LANES), F32)
+    lanes[..., :min(buf.shape[-1], LANES)] = buf[..., :LANES]
     width = LANES // 2
     while width >= 1:
-        lanes[:width] = lanes[:width] + lanes[width:2 * width]
+        lanes[..., :width] = lanes[..., :width] + lanes[..., width:2 * width]
         width //= 2
-    return lanes[0]
+    return lanes[..., 0]
 
 
 def fold_halves(values: np.ndarray) -> F32:

@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from ..._dtypes import from_f32, to_f32
+from ..._lanes import fold
 
 F32 = np.float32
 LANES = 64
@@ -48,22 +49,12 @@ def params(plan) -> np.ndarray:
 
 
 @njit(cache=True, error_model="numpy")
-def _register_sum(lanes):
-    """Reduce<SUM> of a 64-lane register: 32+32, 16+16, ..., 1+1."""
-    width = LANES // 2
-    while width:
-        for i in range(width):
-            lanes[i] = lanes[i] + lanes[i + width]
-        width //= 2
-    return lanes[0]
-
-
-@njit(cache=True, error_model="numpy")
 def _load_sum(values, start, count, lanes):
-    """A register holding ``values[start:start + count]`` (``count <= 64``), zero beyond, summed."""
+    """A register holding ``values[start:start + count]`` (``count <= 64``), zero beyond, summed (its
+    Reduce<SUM>: the 64-lane pairwise fold, ``_lanes.fold``)."""
     for i in range(LANES):
         lanes[i] = values[start + i] if i < count else F32(0.0)
-    return _register_sum(lanes)
+    return fold(lanes)
 
 
 @njit(cache=True, error_model="numpy")
@@ -79,7 +70,7 @@ def _fold(terms, base, quotient, folded, last, sums, lanes):
             if i < folded:
                 v = v + terms[base + quotient + i]
             lanes[k] = v
-        sums[j] = _register_sum(lanes)
+        sums[j] = fold(lanes)
     width = blocks
     while width > LANES:
         width //= 2
@@ -95,7 +86,7 @@ def _reduce(terms, count, quotient, last, sums, lanes):
         return _fold(terms, 0, quotient, count - quotient, last, sums, lanes)
     for i in range(LANES):
         lanes[i] = F32(0.0) + terms[i] if i < count else F32(0.0)
-    return _register_sum(lanes)
+    return fold(lanes)
 
 
 @njit(cache=True, error_model="numpy")
@@ -104,7 +95,7 @@ def _cache_sum(cache, level, lanes):
     for k in range(LANES):
         lanes[k] = (cache[level, k] + cache[level, 2 * LANES + k]) + (cache[level, LANES + k] +
                                                                       cache[level, 3 * LANES + k])
-    return _register_sum(lanes)
+    return fold(lanes)
 
 
 @njit(cache=True, error_model="numpy")

@@ -14,7 +14,7 @@ import numpy as np
 
 from tiling import LANES, GroupNormBackwardPlan, GroupNormBackwardStrategy
 
-from ..._simulate import F32, fold_halves
+from ..._simulate import F32, fold_halves, pairwise64
 
 S = GroupNormBackwardStrategy
 
@@ -118,19 +118,8 @@ def simulate(plan: GroupNormBackwardPlan, dy3, x3, mean, rstd, gamma, arrival_or
 
 # ---------------------------------------------------------------------------------------------------------------
 # The arch35 (Ascend950) plan: op_kernel/arch35 of hicann/ops-nn, every vector step on whole rows of channels.
-# A register's Reduce<SUM> is the 64-lane pairwise tree (_lane_trees); MulAddDst, MulDstAdd and Axpy round
+# A register's Reduce<SUM> is the 64-lane pairwise tree (pairwise64 of each row); MulAddDst, MulDstAdd and Axpy round
 # the product, then the sum.
-
-def _lane_trees(rows: np.ndarray) -> np.ndarray:
-    """Reduce<SUM> of each row's first <= 64 lanes (the rest zero): 32+32, 16+16, ..., 1+1."""
-    lanes = np.zeros((rows.shape[0], LANES), F32)
-    lanes[:, :rows.shape[1]] = rows
-    width = LANES // 2
-    while width:
-        lanes[:, :width] = lanes[:, :width] + lanes[:, width:2 * width]
-        width //= 2
-    return lanes[:, 0]
-
 
 def _halve_columns(blocks: np.ndarray, rows: int) -> np.ndarray:
     """Rows [0, h) += rows [h, 2h) (axis 1) until ``rows`` remain."""
@@ -148,21 +137,21 @@ def _binary_fold(terms: np.ndarray, quotient: int, last: int, folded: int | None
     main = terms[:, :quotient].copy()
     rest = terms.shape[1] - quotient if folded is None else folded
     main[:, :rest] = main[:, :rest] + terms[:, quotient:quotient + rest]
-    sums = _lane_trees(main.reshape(-1, LANES)).reshape(terms.shape[0], quotient // LANES)
-    return _lane_trees(_halve_columns(sums, min(sums.shape[1], LANES))[:, :last])
+    sums = pairwise64(main.reshape(-1, LANES)).reshape(terms.shape[0], quotient // LANES)
+    return pairwise64(_halve_columns(sums, min(sums.shape[1], LANES))[:, :last])
 
 
 def _arch35_row_sums(terms: np.ndarray, quotient: int, last: int) -> np.ndarray:
     """A reduce of each row's ``terms``: one register (``+ 0`` per lane, then its sum) up to 64 elements,
     else the binary fold."""
     if terms.shape[1] <= LANES:
-        return _lane_trees(terms + F32(0.0))
+        return pairwise64(terms + F32(0.0))
     return _binary_fold(terms, quotient, last)
 
 
 def _cache_sum(cache: np.ndarray) -> np.ndarray:
     """``CustomReduceSum`` of 256-float caches: (x1 + x3) + (x2 + x4) over its four registers, then a register sum."""
-    return _lane_trees((cache[:, :64] + cache[:, 128:192]) + (cache[:, 64:128] + cache[:, 192:256]))
+    return pairwise64((cache[:, :64] + cache[:, 128:192]) + (cache[:, 64:128] + cache[:, 192:256]))
 
 
 def _recompute_sums(terms: np.ndarray, td) -> np.ndarray:
