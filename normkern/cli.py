@@ -76,6 +76,8 @@ def _cmd_plan(args) -> int:
     record = _registry.get(args.op)
     plan = record.plan_shape(_shape(record, args.shape), args.dtype, args.soc, args.strategy,
                              **_options(record, args))
+    if args.tiling_words or args.tiling_bytes or args.against:
+        return _tiling_data_io(record.name, plan, args)
     print(plan.to_json() if args.json else plan.explain())
     if args.svg:
         # an atomic plan's picture shows the first sum's arrival order of seed 0 (what `run` replays)
@@ -86,6 +88,56 @@ def _cmd_plan(args) -> int:
             raise UsageError(f"[{record.name}] --svg cannot write {args.svg!r}: {error.strerror}") from None
         print(f"[{record.name}] wrote the plan's picture to {args.svg}", file=sys.stderr)
     return 0
+
+
+def _tiling_data_io(name: str, plan, args) -> int:
+    """``--tiling-words`` / ``--tiling-bytes FILE``: the plan's TilingData as CANN prints and passes it;
+    ``--against WORDS_OR_FILE``: CANN's words (or a dumped blob) decoded and compared field by field, with
+    ``--key`` and ``--block-dim`` beside them; exit status 1 when anything differs."""
+    td = plan.tiling_data
+    if td is None:
+        raise UsageError(f"[{name}] the plan {plan.strategy.value} has no TilingData (it reproduces no CANN struct)")
+    try:
+        words = td.words_text()
+    except ValueError as error:
+        raise UsageError(f"[{name}] {error}") from None
+    if args.tiling_words:
+        print(words)
+    if args.tiling_bytes:
+        try:
+            Path(args.tiling_bytes).write_bytes(td.to_bytes())
+        except OSError as error:
+            raise UsageError(f"[{name}] --tiling-bytes cannot write {args.tiling_bytes!r}: {error.strerror}") from None
+        print(f"[{name}] wrote {len(td.to_bytes())} bytes of {td.struct} to {args.tiling_bytes}", file=sys.stderr)
+    if not args.against:
+        return 0
+    source = Path(args.against)
+    try:
+        if source.is_file():
+            blob = source.read_bytes()
+            try:
+                given = type(td).from_words_text(blob.decode("ascii"))
+            except (UnicodeDecodeError, ValueError):
+                given = type(td).from_bytes(blob)
+        else:
+            given = type(td).from_words_text(args.against)
+    except ValueError as error:
+        raise UsageError(f"[{name}] --against: {error}") from None
+    rows = [(field, td[field], given[field]) for field in td]
+    if args.key is not None:
+        rows.insert(0, ("(tiling key)", plan.tiling_key, args.key))
+    if args.block_dim is not None:
+        rows.insert(0 if args.key is None else 1, ("(block_dim)", plan.block_dim, args.block_dim))
+    differ = [row for row in rows if row[1] != row[2]]
+    if not differ:
+        print(f"{td.struct}: all {len(rows)} fields agree")
+        return 0
+    width = max(len(field) for field, _, _ in differ)
+    print(f"{td.struct}: {len(differ)} of {len(rows)} fields differ")
+    print(f"  {'field':<{width}} {'plan':>12} {'given':>12}")
+    for field, ours, theirs in differ:
+        print(f"  {field:<{width}} {ours!s:>12} {theirs!s:>12}")
+    return 1
 
 
 def _example(record: _registry.OpRecord, args) -> dict:
@@ -277,6 +329,14 @@ def _parser() -> argparse.ArgumentParser:
         if name == "plan":
             cmd.add_argument("--svg", metavar="FILE", help="also draw the plan as an SVG picture: each core's share "
                              "of the index space and its UB blocks, the reduction tree, the workspace")
+            cmd.add_argument("--tiling-words", action="store_true",
+                             help="print the plan's TilingData as the ops-nn unit tests print it (int32 words)")
+            cmd.add_argument("--tiling-bytes", metavar="FILE", help="write the plan's TilingData blob to FILE")
+            cmd.add_argument("--against", metavar="WORDS_OR_FILE",
+                             help="decode CANN's TilingData (printed words, or a file of words or of raw bytes) and "
+                             "show field by field where the plan differs (exit status 1 when any does)")
+            cmd.add_argument("--key", type=int, default=None, help="with --against: CANN's tiling key")
+            cmd.add_argument("--block-dim", type=int, default=None, help="with --against: CANN's block_dim")
         for record in records:
             for option in record.options:
                 cmd.add_argument(option.flag, dest=option.dest,

@@ -54,7 +54,7 @@ from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import ASCEND950, DTYPE_BYTES, SocSpec, get_soc
 from .split import Split
 from .support import require, support
-from .tiling_data import TilingData, int_fields, tiling_data_class
+from .tiling_data import TilingData, c_struct, tiling_data_class, typed_fields
 from .workspace import Region, WorkspaceLayout
 
 OP = "group_norm_backward"
@@ -67,13 +67,18 @@ STEP_SIZE = 64
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_KEY = {"float32": 0, "float16": 1, "bfloat16": 2}
 MODE_0, MODE_1, MODE_2, MODE_3, MODE_5 = 0, 1, 2, 3, 5
+_A2_FIELDS = (
+    "Tiling_key", "N", "C", "HXW", "G", "NXG", "C_G", "task_num_per_core", "task_num_per_tail_core", "tail_core",
+    "mode1_ub_cap_C_num", "mode1_ub_iter_C_num", "mode1_ub_tail_C_num", "mode2_ub_capacity_ele",
+    "mode2_ub_iteration_num", "mode2_ub_tail_num", "workSpaceSize", "stage2CoreUsed", "castEleNum", "tailCastNum",
+    "coreBatchParts", "coreBatchPartsTailRepeat", "repeatTime4Stage2", "dx_is_require", "dgamma_is_require",
+    "dbeta_is_require")
+#: ``GroupNormGradTilingData``: every member uint64_t in the header (older copies declare uint32_t and
+#: int32_t; the host arithmetic above is the uint32 code's, whose values the wider fields hold unchanged).
+_A2_MEMBERS = c_struct("; ".join(f"uint64_t {name}" for name in _A2_FIELDS))
 GroupNormGradTilingData = tiling_data_class(
-    "GroupNormGradTilingData", "norm/group_norm_grad/op_host/group_norm_grad_tiling.h", int_fields(
-        "Tiling_key", "N", "C", "HXW", "G", "NXG", "C_G", "task_num_per_core", "task_num_per_tail_core", "tail_core",
-        "mode1_ub_cap_C_num", "mode1_ub_iter_C_num", "mode1_ub_tail_C_num", "mode2_ub_capacity_ele",
-        "mode2_ub_iteration_num", "mode2_ub_tail_num", "workSpaceSize", "stage2CoreUsed", "castEleNum",
-        "tailCastNum", "coreBatchParts", "coreBatchPartsTailRepeat", "repeatTime4Stage2", "dx_is_require",
-        "dgamma_is_require", "dbeta_is_require"))
+    "GroupNormGradTilingData", "norm/group_norm_grad/op_host/group_norm_grad_tiling.h", typed_fields(_A2_MEMBERS),
+    _A2_MEMBERS)
 
 
 class GroupNormBackwardStrategy(enum.Enum):

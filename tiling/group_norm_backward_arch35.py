@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from .plan import TilingError
 from .soc import SocSpec
-from .tiling_data import int_fields, tiling_data_class
+from .tiling_data import c_struct, tiling_data_class, typed_fields
 
 OP = "group_norm_backward"
 U32 = 0xFFFFFFFF
@@ -76,27 +76,38 @@ DTYPE_KEY = {("float32", "float32"): 1, ("float16", "float16"): 2, ("bfloat16", 
 MODE_NAMES = {MODE_0: "group full load", MODE_1: "channel full load", MODE_2: "recompute",
               MODE_3: "small N x G", EMPTY_KEY: "empty input"}
 
-BASE_FIELDS = (
-    "N", "C", "HXW", "G", "clrBlockSize", "clrTailBlockSize", "clrBlockNum", "taskNumPerCore",
-    "taskNumPerTailCore", "tailCore", "stage1CoreUsed", "mode0UbCapGNum", "mode1UbCapCNum", "mode2UbCapEle",
-    "mode2UbIterNum", "mode2UbTailNum", "mode2MainLoopCnt", "mode2FoldLoopCnt", "mode2OneLoopSize", "mode2FoldTail",
-    "workSpaceSize", "dxIsRequire", "dgammaIsRequire", "dbetaIsRequire", "stage0TaskNumPerCore",
-    "stage0TaskNumPerTailCore", "stage0TailCore", "stage0CoreUsed")
-REDUCE_FIELDS = ("binaryAddQuotient", "binaryAddK", "binaryAddLastNum", "binaryCGQuotient", "binaryCGK",
-                 "binaryCGLastNum")
-KERNEL2_FIELDS = (
-    "stage2Mode", "cFactor", "cBlockFactor", "cTailBlockFactor", "stage2CoreUsed", "stage2BinaryAddK",
-    "cNumMode2PerCore", "tailcNumMode2PerCore", "stage2BinaryAddQuotient", "reduceNCnt", "stage2LoopCnt",
-    "stage2FactorN", "cFactorStage2Mode2", "cLoopMainBlock", "cTailMainBlock", "cLoopTailBlock", "cTailTailBlock",
-    "nFactorStage2Mode2", "nLoop", "nMainFlodCount", "nTail", "cacheBufferCount", "resultCacheId")
+#: ``GroupNormGradRegBaseTilingData``'s three structs as ``group_norm_grad_tiling.h`` declares them.
+BASE_MEMBERS = c_struct(
+    "int64_t N; int64_t C; int64_t HXW; int64_t G; int64_t clrBlockSize; int64_t clrTailBlockSize; "
+    "uint32_t clrBlockNum; uint32_t taskNumPerCore; uint32_t taskNumPerTailCore; uint32_t tailCore; "
+    "uint32_t stage1CoreUsed; uint32_t mode0UbCapGNum; uint32_t mode1UbCapCNum; uint32_t mode2UbCapEle; "
+    "uint32_t mode2UbIterNum; uint32_t mode2UbTailNum; uint32_t mode2MainLoopCnt; uint32_t mode2FoldLoopCnt; "
+    "uint32_t mode2OneLoopSize; uint32_t mode2FoldTail; uint32_t workSpaceSize; int32_t dxIsRequire; "
+    "int32_t dgammaIsRequire; int32_t dbetaIsRequire; uint32_t stage0TaskNumPerCore; "
+    "uint32_t stage0TaskNumPerTailCore; uint32_t stage0TailCore; uint32_t stage0CoreUsed")
+REDUCE_MEMBERS = c_struct("int64_t binaryAddQuotient; uint32_t binaryAddK; uint32_t binaryAddLastNum; "
+                          "int64_t binaryCGQuotient; uint32_t binaryCGK; uint32_t binaryCGLastNum")
+KERNEL2_MEMBERS = c_struct(
+    "uint32_t stage2Mode; uint32_t cFactor; uint32_t cBlockFactor; uint32_t cTailBlockFactor; "
+    "uint32_t stage2CoreUsed; uint32_t stage2BinaryAddK; uint32_t cNumMode2PerCore; uint32_t tailcNumMode2PerCore; "
+    "int64_t stage2BinaryAddQuotient; int64_t reduceNCnt; int64_t stage2LoopCnt; int64_t stage2FactorN; "
+    "int64_t cFactorStage2Mode2; int64_t cLoopMainBlock; int64_t cTailMainBlock; int64_t cLoopTailBlock; "
+    "int64_t cTailTailBlock; int64_t nFactorStage2Mode2; int64_t nLoop; int64_t nMainFlodCount; int64_t nTail; "
+    "int64_t cacheBufferCount; int32_t resultCacheId")
+REGBASE_MEMBERS = (("GroupNormGradBaseParams", ("gNGBaseParams", BASE_MEMBERS)),
+                   ("GroupNormGradReduceParams", ("gNGReduceParams", REDUCE_MEMBERS)),
+                   ("GroupNormGradKernel2Params", ("gNGKernel2Params", KERNEL2_MEMBERS)))
+EMPTY_MEMBERS = c_struct(
+    "uint32_t usedCoreNumDG; uint64_t colsPerCoreDG; uint64_t cols; uint32_t ubSize; uint64_t colsPerUBDG; "
+    "uint64_t coreUbBlockCount; uint64_t tailUbCols; uint64_t lastCoreBlockCount; uint64_t lastCoreTailUbCols; "
+    "uint64_t colsLastCoreDG; uint32_t workspaceSize")
 
 #: ``GroupNormGradRegBaseTilingData``: its three structs' fields in turn (gNGBaseParams, gNGReduceParams,
 #: gNGKernel2Params; the names are unique across them).
 GroupNormGradRegBaseTilingData = tiling_data_class(
-    "GroupNormGradRegBaseTilingData", HEADER, int_fields(*BASE_FIELDS, *REDUCE_FIELDS, *KERNEL2_FIELDS))
-GroupNormGradEmptyTilingData = tiling_data_class("GroupNormGradEmptyTilingData", HEADER, int_fields(
-    "usedCoreNumDG", "colsPerCoreDG", "cols", "ubSize", "colsPerUBDG", "coreUbBlockCount", "tailUbCols",
-    "lastCoreBlockCount", "lastCoreTailUbCols", "colsLastCoreDG", "workspaceSize"))
+    "GroupNormGradRegBaseTilingData", HEADER, typed_fields(REGBASE_MEMBERS), REGBASE_MEMBERS)
+GroupNormGradEmptyTilingData = tiling_data_class("GroupNormGradEmptyTilingData", HEADER,
+                                                 typed_fields(EMPTY_MEMBERS), EMPTY_MEMBERS)
 
 
 def _u32(value: int) -> int:

@@ -1,10 +1,46 @@
-"""CANN TilingData structs as typed, frozen records."""
+"""CANN TilingData structs as typed, frozen records, and their bytes as the kernel receives them.
+
+A struct declared with ``BEGIN_TILING_DATA_DEF`` / ``TILING_DATA_FIELD_DEF(type, name)`` is laid out as C
+lays out its members: each at the next offset that is a multiple of its own size, a nested struct
+(``TILING_DATA_FIELD_DEF_STRUCT``) at a multiple of 8 with its own layout, and every struct padded to a
+multiple of 8 bytes (the TilingData registration rounds a struct's size up to 8), little-endian. The
+ops-nn unit tests print such a blob as int32 words (``to_string<int32_t>``: an 8-byte field is two words,
+low then high; a float its IEEE bits as a signed int32); ``to_words`` / ``from_words_text`` speak that.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import struct as _struct
 from collections.abc import Mapping
 from typing import ClassVar
+
+#: C type -> (struct format, size, smallest, largest); floats are range-checked by packing.
+C_TYPES = {
+    "int8_t": ("b", 1, -2**7, 2**7 - 1), "uint8_t": ("B", 1, 0, 2**8 - 1),
+    "int16_t": ("h", 2, -2**15, 2**15 - 1), "uint16_t": ("H", 2, 0, 2**16 - 1),
+    "int32_t": ("i", 4, -2**31, 2**31 - 1), "uint32_t": ("I", 4, 0, 2**32 - 1),
+    "int64_t": ("q", 8, -2**63, 2**63 - 1), "uint64_t": ("Q", 8, 0, 2**64 - 1),
+    "float": ("f", 4, None, None),
+}
+STRUCT_ALIGN = 8
+
+
+def _layout(members, offset: int = 0) -> tuple[list[tuple[str, str, int]], int]:
+    """(name, C type, byte offset) of every scalar field of ``members`` (``(C type, name)`` pairs or
+    ``(struct name, members)`` of a nested struct), and the end offset, padded to ``STRUCT_ALIGN``."""
+    fields = []
+    for ctype, name in members:
+        if isinstance(name, tuple):  # a nested struct: ``(struct name, its members)``
+            offset = -(-offset // STRUCT_ALIGN) * STRUCT_ALIGN
+            inner, offset = _layout(name[1], offset)
+            fields += inner
+            continue
+        size = C_TYPES[ctype][1]
+        offset = -(-offset // size) * size
+        fields.append((name, ctype, offset))
+        offset += size
+    return fields, -(-offset // STRUCT_ALIGN) * STRUCT_ALIGN
 
 
 class TilingData(Mapping):
@@ -15,6 +51,8 @@ class TilingData(Mapping):
     #: The struct's name and the header that declares it.
     struct: ClassVar[str] = ""
     header: ClassVar[str] = ""
+    #: Its members as the header declares them (``c_struct``), or None where they are not reproduced.
+    c_members: ClassVar[tuple | None] = None
 
     def __getitem__(self, name: str):
         if name not in self.__dataclass_fields__:
@@ -35,14 +73,96 @@ class TilingData(Mapping):
                              f"got {', '.join(words)}")
         return cls(**words)
 
+    # --- the C struct -------------------------------------------------------------------------------
+    @classmethod
+    def c_layout(cls) -> tuple[list[tuple[str, str, int]], int]:
+        """(name, C type, offset) of each field and the struct's size in bytes."""
+        if cls.c_members is None:
+            raise ValueError(f"{cls.struct}: its C member types are not reproduced, so it has no byte layout")
+        return _layout(cls.c_members)
 
-def tiling_data_class(struct: str, header: str, fields: tuple[tuple[str, type], ...]) -> type[TilingData]:
-    """A frozen ``TilingData`` record of ``struct`` with ``fields`` (name, int or float) in struct order."""
+    def to_bytes(self) -> bytes:
+        """The struct as the kernel receives it (little-endian, padding zero). Raises ValueError naming the
+        field whose value its C type cannot hold."""
+        fields, size = self.c_layout()
+        blob = bytearray(size)
+        for name, ctype, offset in fields:
+            fmt, _, low, high = C_TYPES[ctype]
+            value = self[name]
+            if low is not None and not (isinstance(value, int) and low <= value <= high):
+                raise ValueError(f"{self.struct}.{name} = {value!r} does not fit its C type {ctype} "
+                                 f"[{low}, {high}]")
+            try:
+                _struct.pack_into("<" + fmt, blob, offset, value)
+            except (_struct.error, OverflowError, TypeError) as e:
+                raise ValueError(f"{self.struct}.{name} = {value!r} does not fit its C type {ctype}") from e
+        return bytes(blob)
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> TilingData:
+        """The record of a struct's bytes; raises ValueError naming the field a short blob cuts, or the
+        bytes a long one has past the struct."""
+        fields, size = cls.c_layout()
+        blob = bytes(blob)
+        if len(blob) != size:
+            cut = next((f"{name} ({ctype} at byte {offset})" for name, ctype, offset in fields
+                        if offset + C_TYPES[ctype][1] > len(blob)), None)
+            where = f"it ends inside or before {cut}" if cut else f"{len(blob) - size} bytes past the struct's end"
+            raise ValueError(f"{cls.struct} is {size} bytes, got {len(blob)}: {where}")
+        words = {name: _struct.unpack_from("<" + C_TYPES[ctype][0], blob, offset)[0] for name, ctype, offset in fields}
+        return cls.from_words({name: words[name] for name in cls.__dataclass_fields__})
+
+    def to_words(self) -> list[int]:
+        """The struct as the ops-nn unit tests print it: its bytes as signed int32 words."""
+        blob = self.to_bytes()
+        return list(_struct.unpack(f"<{len(blob) // 4}i", blob))
+
+    def words_text(self) -> str:
+        """``to_words`` as the unit tests print them: the words, space-separated."""
+        return " ".join(map(str, self.to_words()))
+
+    @classmethod
+    def from_words_text(cls, text: str) -> TilingData:
+        """The record of a unit test's printed words (``"4 0 2048 0 ..."``: int32 words, signed or not)."""
+        try:
+            words = [int(part) for part in text.replace(",", " ").split()]
+        except ValueError as e:
+            raise ValueError(f"{cls.struct} words must be integers: {e}") from None
+        for i, word in enumerate(words):
+            if not -2**31 <= word < 2**32:
+                raise ValueError(f"{cls.struct} word {i} = {word} is not a 32-bit word")
+        return cls.from_bytes(b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in words))
+
+
+def tiling_data_class(struct: str, header: str, fields: tuple[tuple[str, type], ...],
+                      c_members: tuple | None = None) -> type[TilingData]:
+    """A frozen ``TilingData`` record of ``struct`` with ``fields`` (name, int or float) in struct order;
+    ``c_members`` (``c_struct``) gives it its C layout."""
     cls = dataclasses.make_dataclass(struct, list(fields), bases=(TilingData,), frozen=True)
-    cls.struct, cls.header = struct, header
+    cls.struct, cls.header, cls.c_members = struct, header, c_members
+    if c_members is not None and [name for name, _, _ in _layout(c_members)[0]] != [name for name, _ in fields]:
+        raise ValueError(f"{struct}: its C members must name its fields in order")
     cls.__doc__ = f"``{struct}`` of ``{header}``: {', '.join(name for name, _ in fields)}."
     return cls
 
 
 def int_fields(*names: str) -> tuple[tuple[str, type], ...]:
     return tuple((name, int) for name in names)
+
+
+def c_struct(declaration: str) -> tuple[tuple[str, str], ...]:
+    """The members of ``"uint32_t N; int64_t C; ..."`` (a header's ``TILING_DATA_FIELD_DEF`` lines, type and
+    name), as ``(C type, name)`` pairs."""
+    members = []
+    for item in declaration.replace("\n", " ").split(";"):
+        if item.strip():
+            ctype, name = item.split()
+            if ctype not in C_TYPES:
+                raise ValueError(f"unknown C type {ctype!r} of {name}")
+            members.append((ctype, name))
+    return tuple(members)
+
+
+def typed_fields(members) -> tuple[tuple[str, type], ...]:
+    """The record fields of C ``members`` (nested structs flattened): float for ``float``, else int."""
+    return tuple((name, float if ctype == "float" else int) for name, ctype, _ in _layout(members)[0])
