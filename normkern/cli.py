@@ -104,11 +104,12 @@ def _tiling_data_io(name: str, plan, args) -> int:
     if args.tiling_words:
         print(words)
     if args.tiling_bytes:
+        blob = td.to_bytes()
         try:
-            Path(args.tiling_bytes).write_bytes(td.to_bytes())
+            Path(args.tiling_bytes).write_bytes(blob)
         except OSError as error:
             raise UsageError(f"[{name}] --tiling-bytes cannot write {args.tiling_bytes!r}: {error.strerror}") from None
-        print(f"[{name}] wrote {len(td.to_bytes())} bytes of {td.struct} to {args.tiling_bytes}", file=sys.stderr)
+        print(f"[{name}] wrote {len(blob)} bytes of {td.struct} to {args.tiling_bytes}", file=sys.stderr)
     if not args.against:
         return 0
     source = Path(args.against)

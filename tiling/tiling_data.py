@@ -109,8 +109,9 @@ class TilingData(Mapping):
                         if offset + C_TYPES[ctype][1] > len(blob)), None)
             where = f"it ends inside or before {cut}" if cut else f"{len(blob) - size} bytes past the struct's end"
             raise ValueError(f"{cls.struct} is {size} bytes, got {len(blob)}: {where}")
-        words = {name: _struct.unpack_from("<" + C_TYPES[ctype][0], blob, offset)[0] for name, ctype, offset in fields}
-        return cls.from_words({name: words[name] for name in cls.__dataclass_fields__})
+        # the layout lists the fields in record order (checked when the class is made)
+        return cls.from_words({name: _struct.unpack_from("<" + C_TYPES[ctype][0], blob, offset)[0]
+                               for name, ctype, offset in fields})
 
     def to_words(self) -> list[int]:
         """The struct as the ops-nn unit tests print it: its bytes as signed int32 words."""

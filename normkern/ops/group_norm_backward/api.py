@@ -163,8 +163,10 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
         gi = grad_input if grad_input is not None or not mask[0] else np.empty(input.shape, grad_out.dtype)
         gg = grad_gamma if grad_gamma is not None or not mask[1] else np.empty(gamma_shape, stats_dtype)
         gb = grad_beta if grad_beta is not None or not mask[2] else np.empty(gamma_shape, stats_dtype)
-        if plan.strategy is S.ARCH35:
-            _execute_arch35(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace)
+        if plan.strategy is S.ARCH35 and plan.mode == tiling.group_norm_backward_arch35.EMPTY_KEY:
+            for out, m in ((gg, mask[1]), (gb, mask[2])):  # key 500: the empty kernel zeroes the C columns
+                if m:
+                    out[...] = 0
         elif plan.strategy is not S.EMPTY:
             _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace, arrival_seed)
         elif not outputs_required:  # the Pythonic layer answers an empty input with zero sums
@@ -191,54 +193,47 @@ def task_statistics(plan: GroupNormBackwardPlan, mean, rstd, gamma) -> tuple[np.
 
 
 def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace, arrival_seed) -> None:
-    args = plan.cached_kernel_args()
+    """Both stages into the caller's arrays: the A2/host kernels, or an arch35 plan's (``kernel_arch35``,
+    imported on first use: A2 and host calls never compile it)."""
     dy3, x3 = task_views(plan, grad_out, input)
     direct = mask[0] and gi.dtype == grad_out.dtype and gi.flags.c_contiguous
     dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), grad_out.dtype)
     m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
     partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
+    if plan.strategy is S.ARCH35:
+        from . import kernel_arch35
+
+        params = plan.memo("arch35_params", lambda: kernel_arch35.params(plan))
+        kernel_arch35.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, params, mask[0],
+                             partials)
+    else:
+        _stage1(plan, dy3, x3, dx3, direct, m32, r32, g32, mask[0], partials)
+    if mask[0] and not direct:
+        gi[...] = dx3.reshape(gi.shape)
+    dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)
+    if plan.strategy is S.ARCH35:
+        kernel_arch35.stage2(partials, params, workspace, dgamma.reshape(-1), dbeta.reshape(-1))
+    else:
+        second_stage(plan, partials, workspace, arrival_order(plan, arrival_seed), dgamma.reshape(-1),
+                     dbeta.reshape(-1))
+    write_back(((gg if mask[1] else None, dgamma.reshape(gg.shape) if mask[1] else dgamma),
+                (gb if mask[2] else None, dbeta.reshape(gb.shape) if mask[2] else dbeta)))
+
+
+def _stage1(plan, dy3, x3, dx3, direct, m32, r32, g32, write_dx, partials) -> None:
+    """The A2/host stage 1 over the threads: the body for the plan's row shape, prefetching and streaming
+    stores by size."""
+    args = plan.cached_kernel_args()
     spans = plan_spans(plan, lambda: args.core_count, dy3.nbytes + x3.nbytes + dx3.nbytes, THREAD_BYTES)
     stream = direct and worth_streaming(dx3, STREAM_MIN_BYTES)
     ahead = dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES
     body = kernel.stage1_body(args, ahead, stream)
     if body is not kernel.stage1:
-        launch(body, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, mask[0],
+        launch(body, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args, write_dx,
                partials)
     else:
         launch(kernel.stage1, spans, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, args,
-               mask[0], partials, ahead, stream)
-    if mask[0] and not direct:
-        gi[...] = dx3.reshape(gi.shape)
-    dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)
-    second_stage(plan, partials, workspace, arrival_order(plan, arrival_seed), dgamma.reshape(-1), dbeta.reshape(-1))
-    write_back(((gg if mask[1] else None, dgamma.reshape(gg.shape) if mask[1] else dgamma),
-                (gb if mask[2] else None, dbeta.reshape(gb.shape) if mask[2] else dbeta)))
-
-
-def _execute_arch35(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace) -> None:
-    """The arch35 plan: its kernel (``kernel_arch35``, imported on first use: A2 and host calls never compile
-    it) writes dx and the float32 gradient sums; key 500 (an empty input) zeroes grad_gamma and grad_beta."""
-    outputs = ((gg if mask[1] else None), (gb if mask[2] else None))
-    if plan.mode == tiling.group_norm_backward_arch35.EMPTY_KEY:
-        for out in outputs:
-            if out is not None:
-                out[...] = 0
-        return
-    from . import kernel_arch35
-
-    dy3, x3 = task_views(plan, grad_out, input)
-    direct = mask[0] and gi.dtype == grad_out.dtype and gi.flags.c_contiguous
-    dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), grad_out.dtype)
-    m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
-    partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
-    p = plan.memo("arch35_params", lambda: kernel_arch35.params(plan))
-    kernel_arch35.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, p, mask[0], partials)
-    if mask[0] and not direct:
-        gi[...] = dx3.reshape(gi.shape)
-    dgamma, dbeta = f32_buffer(outputs[0], plan.c), f32_buffer(outputs[1], plan.c)
-    kernel_arch35.stage2(partials, p, workspace, dgamma.reshape(-1), dbeta.reshape(-1))
-    write_back(((outputs[0], dgamma.reshape(gg.shape) if mask[1] else dgamma),
-                (outputs[1], dbeta.reshape(gb.shape) if mask[2] else dbeta)))
+               write_dx, partials, ahead, stream)
 
 
 def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
