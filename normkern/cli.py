@@ -74,7 +74,13 @@ def _cmd_ops(args) -> int:
 
 def _cmd_plan(args) -> int:
     record = _registry.get(args.op)
-    plan = record.plan_shape(_shape(record, args.shape), args.dtype, args.soc, args.strategy,
+    soc = args.soc
+    if args.core_num is not None or args.ub_size is not None:
+        try:
+            soc = tiling.unit_test_soc(args.soc, args.core_num, args.ub_size)
+        except ValueError as error:
+            raise UsageError(f"[{record.name}] --core-num/--ub-size: {error}") from None
+    plan = record.plan_shape(_shape(record, args.shape), args.dtype, soc, args.strategy,
                              **_options(record, args))
     if args.tiling_words or args.tiling_bytes or args.against:
         return _tiling_data_io(record.name, plan, args)
@@ -338,6 +344,11 @@ def _parser() -> argparse.ArgumentParser:
                              "show field by field where the plan differs (exit status 1 when any does)")
             cmd.add_argument("--key", type=int, default=None, help="with --against: CANN's tiling key")
             cmd.add_argument("--block-dim", type=int, default=None, help="with --against: CANN's block_dim")
+            cmd.add_argument("--core-num", type=int, default=None,
+                             help="plan on the SoC as an ops-nn unit test fakes it: its compile info's CORE_NUM")
+            cmd.add_argument("--ub-size", type=int, default=None,
+                             help="... and its UB_SIZE, all of it reaching the tiling (a unit test's platform "
+                             "withholds no UB reserve); either keeps the preset's value when unset")
         for record in records:
             for option in record.options:
                 cmd.add_argument(option.flag, dest=option.dest,

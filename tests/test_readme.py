@@ -44,7 +44,9 @@ def test_every_python_block_runs_in_order(capsys, monkeypatch, tmp_path):
 
 
 def _commands() -> list[str]:
-    lines = [line.split("#")[0].strip() for block in _blocks("") for line in block.splitlines()]
+    """The example commands, a line ending in a backslash joined to the next."""
+    text = "\n".join(_blocks("")).replace("\\\n", " ")
+    lines = [line.split("#")[0].strip() for line in text.splitlines()]
     return [line for line in lines if line.startswith("normkern ") and "[" not in line and "..." not in line]
 
 

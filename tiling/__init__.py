@@ -52,6 +52,7 @@ from .soc import (
     get_soc,
     host_soc,
     soc_names,
+    unit_test_soc,
 )
 from .split import Split, SplitKind
 from .support import ACLNN_NAMES, FAMILIES, Support, UnsupportedError, support
@@ -69,6 +70,7 @@ __all__ = [
     "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",
     "LANES", "Combine", "LaneOrder", "ReduceLevel", "ReductionTree",
     "A2_A3", "ASCEND950", "ATLAS_INFERENCE", "ATLAS_TRAINING", "DEFAULT_SOC", "HOST", "SocSpec", "get_soc",
-    "host_soc", "soc_names", "ACLNN_NAMES", "FAMILIES", "Support", "UnsupportedError", "support", "support_table",
+    "host_soc", "soc_names", "unit_test_soc", "ACLNN_NAMES", "FAMILIES", "Support", "UnsupportedError", "support",
+    "support_table",
     "Split", "SplitKind", "Region", "WorkspaceLayout",
 ]

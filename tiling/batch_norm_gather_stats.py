@@ -51,7 +51,7 @@ from .reduction import Combine, ReduceLevel, ReductionTree
 from .soc import SocSpec, get_soc
 from .split import Split
 from .support import require, support
-from .tiling_data import TilingData, int_fields, tiling_data_class
+from .tiling_data import TilingData, int64_struct
 from .workspace import WorkspaceLayout
 
 OP = "batch_norm_gather_stats_with_counts"
@@ -73,28 +73,31 @@ _TEMPLATE_KEY = {GatherStatsStrategy.COMMON: 1, GatherStatsStrategy.WORKSPACE: 2
                  GatherStatsStrategy.FIRST_AXIS_COMMON: 3, GatherStatsStrategy.FIRST_AXIS_WORKSPACE: 4}
 FIRST_AXIS = (GatherStatsStrategy.FIRST_AXIS_COMMON, GatherStatsStrategy.FIRST_AXIS_WORKSPACE)
 _HEADER = "norm/sync_batch_norm_gather_stats_fused/op_host/sync_batch_norm_gather_stats_fused_tiling.h"
-#: Every struct ends with the call's momentum and eps, as float32.
-_ATTRIBUTES = (("momentum", float), ("eps", float))
+
+
+def _struct(struct: str, names: str) -> type[TilingData]:
+    """A template's struct: int64_t words, then the call's momentum and eps as float."""
+    return int64_struct(struct, _HEADER, names, "float momentum; float eps")
+
+
+_BUFFERS = "wholeBufferByteSize nBufferByteSize cBufferByteSize nBrcbBufferByteSize wholeBufferElemNums"
 #: Each template's TilingData struct, every word in struct order.
 TILING_DATA = {
-    GatherStatsStrategy.COMMON: tiling_data_class("SyncBatchNormGatherStatsFusedTilingDataCommon", _HEADER, int_fields(
-        "nLength", "cLength", "cFormerAlignV_", "cFormerAlignM_", "cTailAlignV_", "cTailAlignM_", "blockFormer",
-        "blockNum", "blockTail", "ubFormer", "ubLoop", "ubTail", "wholeBufferByteSize", "nBufferByteSize",
-        "cBufferByteSize", "nBrcbBufferByteSize", "wholeBufferElemNums") + _ATTRIBUTES),
-    GatherStatsStrategy.WORKSPACE: tiling_data_class(
-        "SyncBatchNormGatherStatsFusedTilingDataWorkspace", _HEADER, int_fields(
-            "nLength", "cLength", "blockFormer", "blockNum", "blockTail", "ubFormerOfFormer", "ubTailOfFormer",
-            "ubLoopOfFormer", "ubFormerOfTail", "ubTailOfTail", "ubLoopOfTail") + _ATTRIBUTES),
-    GatherStatsStrategy.FIRST_AXIS_COMMON: tiling_data_class(
-        "SyncBatchNormGatherStatsFusedTilingDataFirstAxisCommon", _HEADER, int_fields(
-            "nLength", "cLength", "cAlignV", "cAlignM", "blockFormer", "blockNum", "blockTail", "ubFormer",
-            "ubLoopOfFormerBlock", "ubLoopOfTailBlock", "ubTailOfFormerBlock", "ubTailOfTailBlock",
-            "wholeBufferByteSize", "nBufferByteSize", "cBufferByteSize", "nBrcbBufferByteSize",
-            "wholeBufferElemNums") + _ATTRIBUTES),
-    GatherStatsStrategy.FIRST_AXIS_WORKSPACE: tiling_data_class(
-        "SyncBatchNormGatherStatsFusedTilingDataFirstAxisWorkspace", _HEADER, int_fields(
-            "nLength", "cLength", "cAlignV", "blockFormer", "blockNum", "blockTail", "ubFormer", "ubTail",
-            "ubLoop") + _ATTRIBUTES),
+    GatherStatsStrategy.COMMON: _struct(
+        "SyncBatchNormGatherStatsFusedTilingDataCommon",
+        f"nLength cLength cFormerAlignV_ cFormerAlignM_ cTailAlignV_ cTailAlignM_ blockFormer blockNum blockTail "
+        f"ubFormer ubLoop ubTail {_BUFFERS}"),
+    GatherStatsStrategy.WORKSPACE: _struct(
+        "SyncBatchNormGatherStatsFusedTilingDataWorkspace",
+        "nLength cLength blockFormer blockNum blockTail ubFormerOfFormer ubTailOfFormer ubLoopOfFormer "
+        "ubFormerOfTail ubTailOfTail ubLoopOfTail"),
+    GatherStatsStrategy.FIRST_AXIS_COMMON: _struct(
+        "SyncBatchNormGatherStatsFusedTilingDataFirstAxisCommon",
+        f"nLength cLength cAlignV cAlignM blockFormer blockNum blockTail ubFormer ubLoopOfFormerBlock "
+        f"ubLoopOfTailBlock ubTailOfFormerBlock ubTailOfTailBlock {_BUFFERS}"),
+    GatherStatsStrategy.FIRST_AXIS_WORKSPACE: _struct(
+        "SyncBatchNormGatherStatsFusedTilingDataFirstAxisWorkspace",
+        "nLength cLength cAlignV blockFormer blockNum blockTail ubFormer ubTail ubLoop"),
 }
 #: The UB the host code keeps back before dividing it (``ubSizePlatForm - 1024``).
 UB_RESERVE = 1024

@@ -43,7 +43,7 @@ from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import HOST, SocSpec, get_soc
 from .split import Split, SplitKind
 from .support import require, support
-from .tiling_data import TilingData, int_fields, tiling_data_class
+from .tiling_data import TilingData, int64_struct
 from .workspace import WorkspaceLayout
 
 OP = "fast_batch_norm_backward"
@@ -74,17 +74,24 @@ VALID_DTYPES = (
     ("float16", "float16", "float32"), ("bfloat16", "bfloat16", "float32"),
 )
 _HEADER = "norm/batch_norm_grad_v3/op_host/batch_norm_grad_v3_tiling.h"
-_COMMON = ("b1Dim", "aDim", "b0Dim", "bAlign", "coreChannelNum", "coreChannelNumTail")
-_EPSILON = (("epsilon", float),)
-FullLoadTilingData = tiling_data_class("BatchNormGradV3FullLoadTilingData", _HEADER, int_fields(
-    *_COMMON, "cUbBlock", "needCoreNum") + _EPSILON)
-SplitLoadTilingData = tiling_data_class("BatchNormGradV3SplitLoadTilingData", _HEADER, int_fields(
-    *_COMMON, "bUbBlock", "b0UbBlock", "bUbLoop", "bUbBlockTail", "b0UbBlockTail", "needCoreNum") + _EPSILON)
-SplitLoadCrossCoreTilingData = tiling_data_class("BatchNormGradV3SplitLoadCrossCoreTilingData", _HEADER, int_fields(
-    *_COMMON, "bUbBlock", "b0UbBlock", "bUbLoop", "bUbTailLoop", "bUbBlockTail", "b0UbBlockTail",
-    "b0UbTailBlockTail", "needCoreNum", "groupCore", "groupBlockNum", "groupBlockNumTail", "morehalfChannel",
-    "groupBlockNumHalf", "groupBlockNumHalfTail", "bUbLoopHalf", "b0UbBlockTailHalf", "bUbTailLoopHalf",
-    "b0UbTailBlockTailHalf", "moreMultiChannel", "bUbLoopMulti", "b0UbBlockTailMulti", "coreNum") + _EPSILON)
+#: The three A2 templates' structs as the header declares them: int64_t words, then the float epsilon.
+_COMMON = "b1Dim aDim b0Dim bAlign coreChannelNum coreChannelNumTail"
+_SPLIT = "bUbBlock b0UbBlock bUbLoop"
+
+
+def _bngv3_struct(struct: str, names: str) -> type[TilingData]:
+    return int64_struct(struct, _HEADER, names, "float epsilon")
+
+
+FullLoadTilingData = _bngv3_struct("BatchNormGradV3FullLoadTilingData", f"{_COMMON} cUbBlock needCoreNum")
+SplitLoadTilingData = _bngv3_struct("BatchNormGradV3SplitLoadTilingData",
+                                    f"{_COMMON} {_SPLIT} bUbBlockTail b0UbBlockTail needCoreNum")
+SplitLoadCrossCoreTilingData = _bngv3_struct(
+    "BatchNormGradV3SplitLoadCrossCoreTilingData",
+    f"{_COMMON} {_SPLIT} bUbTailLoop bUbBlockTail b0UbBlockTail b0UbTailBlockTail needCoreNum groupCore "
+    "groupBlockNum groupBlockNumTail morehalfChannel groupBlockNumHalf groupBlockNumHalfTail bUbLoopHalf "
+    "b0UbBlockTailHalf bUbTailLoopHalf b0UbTailBlockTailHalf moreMultiChannel bUbLoopMulti b0UbBlockTailMulti "
+    "coreNum")
 
 
 class FullLoadBudget(NamedTuple):

@@ -182,6 +182,21 @@ def host_soc() -> SocSpec:
     )
 
 
+def unit_test_soc(soc: str | SocSpec | None = None, core_num: int | None = None,
+                  ub_size: int | None = None) -> SocSpec:
+    """``soc`` as an ops-nn tiling unit test fakes it: the compile info's ``"CORE_NUM"`` vector cores and
+    its ``"UB_SIZE"`` reaching the tiling whole (the faked platform withholds no UB reserve, so an A2
+    test's 196608 is what the host code divides, where a device gives it 196352). Unset, either keeps
+    the preset's value; a UT's printed TilingData is reproduced only on the platform it ran on."""
+    base = get_soc(soc)
+    if base.arch == HOST:
+        raise ValueError("unit_test_soc: host is not an NPU a unit test fakes; name an Ascend preset")
+    cores = base.vector_cores if core_num is None else core_num
+    ub = base.ub_raw_bytes if ub_size is None else ub_size
+    return dataclasses.replace(base, name=f"{base.name} (UT: CORE_NUM {cores}, UB_SIZE {ub})",
+                               vector_cores=cores, ub_bytes=ub, ub_raw_bytes=ub)
+
+
 def soc_names() -> tuple[str, ...]:
     """Names accepted by :func:`get_soc`, presets first, ``host`` last."""
     return (*_PRESETS, "host")

@@ -3,7 +3,8 @@
 A struct declared with ``BEGIN_TILING_DATA_DEF`` / ``TILING_DATA_FIELD_DEF(type, name)`` is laid out as C
 lays out its members: each at the next offset that is a multiple of its own size, a nested struct
 (``TILING_DATA_FIELD_DEF_STRUCT``) at a multiple of 8 with its own layout, and every struct padded to a
-multiple of 8 bytes (the TilingData registration rounds a struct's size up to 8), little-endian. The
+multiple of 8 bytes, little-endian: the registration (metadef's ``register/tilingdata_base.h``) pads with
+``CheckAlignAndGenPlaceHolder`` to a field's size before it, to 8 before a nested struct and at the end. The
 ops-nn unit tests print such a blob as int32 words (``to_string<int32_t>``: an 8-byte field is two words,
 low then high; a float its IEEE bits as a signed int32); ``to_words`` / ``from_words_text`` speak that.
 """
@@ -147,8 +148,12 @@ def tiling_data_class(struct: str, header: str, fields: tuple[tuple[str, type], 
     return cls
 
 
-def int_fields(*names: str) -> tuple[tuple[str, type], ...]:
-    return tuple((name, int) for name in names)
+def int64_struct(struct: str, header: str, names: str, tail: str) -> type[TilingData]:
+    """The record of a struct of ``int64_t`` members ``names`` (space-separated) followed by the
+    declaration ``tail`` (``"float epsilon"``): the shape of every BatchNormGradV3 and gather-stats
+    template's struct."""
+    members = c_struct("; ".join(f"int64_t {name}" for name in names.split()) + "; " + tail)
+    return tiling_data_class(struct, header, typed_fields(members), members)
 
 
 def c_struct(declaration: str) -> tuple[tuple[str, str], ...]:
