@@ -120,19 +120,17 @@ def test_the_cli_prints_the_words_and_diffs_an_altered_string(capsys, tmp_path):
 #: The A2 cases of ops-nn's norm/batch_norm_grad_v3/tests/ut/op_host/test_batch_norm_grad_v3_tiling.cpp
 #: (float32 NCHW, epsilon 1e-5, compile info CORE_NUM 40, UB_SIZE 196608): name, shape, training, the key
 #: it asserts and the string it expects of to_string<int32_t>, copied from the test.
+#: (Inference and training print the same words for the split-load and cross-core shapes.)
+_SPLIT_LOAD = "1200 0 40 0 50 0 60000 0 1 0 1 0 12280 0 10 0 5 0 0 0 10 0 40 0 925353388 0 "
+_CROSS_CORE = ("1200 0 2 0 50 0 60000 0 0 0 0 0 12288 0 10 0 1 0 1 0 0 0 3 0 2 0 34 0 17 0 3 0 2 0 0 0 0 0 0 0 0 0 0 0 "
+               "0 0 0 0 0 0 5 0 10 0 40 0 925353388 0 ")
 BNGV3_A2_UNIT_TESTS = [
     ("910b_infer_full_load", (5, 2, 3, 4), False, 10001, "12 0 2 0 5 0 80 0 1 0 1 0 183 0 2 0 925353388 0 "),
-    ("910b_infer_split_load", (50, 40, 30, 40), False, 20002,
-     "1200 0 40 0 50 0 60000 0 1 0 1 0 12280 0 10 0 5 0 0 0 10 0 40 0 925353388 0 "),
-    ("910b_infer_split_load_cross_core", (50, 2, 30, 40), False, 20012,
-     "1200 0 2 0 50 0 60000 0 0 0 0 0 12288 0 10 0 1 0 1 0 0 0 3 0 2 0 34 0 17 0 3 0 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0 "
-     "0 0 0 5 0 10 0 40 0 925353388 0 "),
+    ("910b_infer_split_load", (50, 40, 30, 40), False, 20002, _SPLIT_LOAD),
+    ("910b_infer_split_load_cross_core", (50, 2, 30, 40), False, 20012, _CROSS_CORE),
     ("910b_train_full_load", (5, 2, 3, 4), True, 30001, "12 0 2 0 5 0 80 0 1 0 1 0 137 0 2 0 925353388 0 "),
-    ("910b_train_split_load", (50, 40, 30, 40), True, 40002,
-     "1200 0 40 0 50 0 60000 0 1 0 1 0 12280 0 10 0 5 0 0 0 10 0 40 0 925353388 0 "),
-    ("910b_train_split_load_corss_core", (50, 2, 30, 40), True, 40012,
-     "1200 0 2 0 50 0 60000 0 0 0 0 0 12288 0 10 0 1 0 1 0 0 0 3 0 2 0 34 0 17 0 3 0 2 0 0 0 0 0 0 0 0 0 0 0 0 0 0 "
-     "0 0 0 5 0 10 0 40 0 925353388 0 "),
+    ("910b_train_split_load", (50, 40, 30, 40), True, 40002, _SPLIT_LOAD),
+    ("910b_train_split_load_corss_core", (50, 2, 30, 40), True, 40012, _CROSS_CORE),
 ]
 UT_A2 = tiling.unit_test_soc("Ascend910B4", core_num=40, ub_size=196608)
 
