@@ -54,7 +54,7 @@ from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import ASCEND950, DTYPE_BYTES, SocSpec, get_soc
 from .split import Split
 from .support import require, support
-from .tiling_data import TilingData, c_struct, tiling_data_class, typed_fields
+from .tiling_data import TilingData, c_struct, tiling_data_class
 from .workspace import Region, WorkspaceLayout
 
 OP = "group_norm_backward"
@@ -77,8 +77,7 @@ _A2_FIELDS = (
 #: int32_t; the host arithmetic above is the uint32 code's, whose values the wider fields hold unchanged).
 _A2_MEMBERS = c_struct("; ".join(f"uint64_t {name}" for name in _A2_FIELDS))
 GroupNormGradTilingData = tiling_data_class(
-    "GroupNormGradTilingData", "norm/group_norm_grad/op_host/group_norm_grad_tiling.h", typed_fields(_A2_MEMBERS),
-    _A2_MEMBERS)
+    "GroupNormGradTilingData", "norm/group_norm_grad/op_host/group_norm_grad_tiling.h", _A2_MEMBERS)
 
 
 class GroupNormBackwardStrategy(enum.Enum):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from .plan import TilingError
 from .soc import SocSpec
-from .tiling_data import c_struct, tiling_data_class, typed_fields
+from .tiling_data import c_struct, tiling_data_class
 
 OP = "group_norm_backward"
 U32 = 0xFFFFFFFF
@@ -104,10 +104,8 @@ EMPTY_MEMBERS = c_struct(
 
 #: ``GroupNormGradRegBaseTilingData``: its three structs' fields in turn (gNGBaseParams, gNGReduceParams,
 #: gNGKernel2Params; the names are unique across them).
-GroupNormGradRegBaseTilingData = tiling_data_class(
-    "GroupNormGradRegBaseTilingData", HEADER, typed_fields(REGBASE_MEMBERS), REGBASE_MEMBERS)
-GroupNormGradEmptyTilingData = tiling_data_class("GroupNormGradEmptyTilingData", HEADER,
-                                                 typed_fields(EMPTY_MEMBERS), EMPTY_MEMBERS)
+GroupNormGradRegBaseTilingData = tiling_data_class("GroupNormGradRegBaseTilingData", HEADER, REGBASE_MEMBERS)
+GroupNormGradEmptyTilingData = tiling_data_class("GroupNormGradEmptyTilingData", HEADER, EMPTY_MEMBERS)
 
 
 def _u32(value: int) -> int:

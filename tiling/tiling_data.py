@@ -136,14 +136,15 @@ class TilingData(Mapping):
         return cls.from_bytes(b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in words))
 
 
-def tiling_data_class(struct: str, header: str, fields: tuple[tuple[str, type], ...],
-                      c_members: tuple | None = None) -> type[TilingData]:
-    """A frozen ``TilingData`` record of ``struct`` with ``fields`` (name, int or float) in struct order;
-    ``c_members`` (``c_struct``) gives it its C layout."""
+def tiling_data_class(struct: str, header: str, c_members: tuple | None = None, *,
+                      fields: tuple[tuple[str, type], ...] | None = None) -> type[TilingData]:
+    """A frozen ``TilingData`` record of ``struct``: its fields (name, int or float, in struct order) and
+    C layout from ``c_members`` (``c_struct``); or, with ``fields`` instead, a record without a layout."""
+    if (c_members is None) == (fields is None):
+        raise TypeError(f"{struct}: give its C members or, for a record without a layout, its fields")
+    fields = typed_fields(c_members) if fields is None else fields
     cls = dataclasses.make_dataclass(struct, list(fields), bases=(TilingData,), frozen=True)
     cls.struct, cls.header, cls.c_members = struct, header, c_members
-    if c_members is not None and [name for name, _, _ in _layout(c_members)[0]] != [name for name, _ in fields]:
-        raise ValueError(f"{struct}: its C members must name its fields in order")
     cls.__doc__ = f"``{struct}`` of ``{header}``: {', '.join(name for name, _ in fields)}."
     return cls
 
@@ -153,7 +154,7 @@ def int64_struct(struct: str, header: str, names: str, tail: str) -> type[Tiling
     declaration ``tail`` (``"float epsilon"``): the shape of every BatchNormGradV3 and gather-stats
     template's struct."""
     members = c_struct("; ".join(f"int64_t {name}" for name in names.split()) + "; " + tail)
-    return tiling_data_class(struct, header, typed_fields(members), members)
+    return tiling_data_class(struct, header, members)
 
 
 def c_struct(declaration: str) -> tuple[tuple[str, str], ...]:

@@ -9,7 +9,7 @@ from normkern.cli import main
 from tiling.batch_norm_gather_stats import TILING_DATA
 from tiling.group_norm_backward import GroupNormGradTilingData
 from tiling.group_norm_backward_arch35 import GroupNormGradEmptyTilingData, GroupNormGradRegBaseTilingData
-from tiling.tiling_data import c_struct, tiling_data_class, typed_fields
+from tiling.tiling_data import c_struct, tiling_data_class
 
 from .test_plan_group_norm_backward_arch35 import UNIT_TESTS
 
@@ -89,7 +89,7 @@ def test_blobs_of_the_wrong_size_and_values_out_of_range_are_refused_naming_the_
         cls.from_words_text("1 2 x")
     with pytest.raises(ValueError, match="word 1 = 4294967296 is not a 32-bit word"):
         cls.from_words_text("0 4294967296")
-    untyped = tiling_data_class("Untyped", "none.h", (("a", int),))
+    untyped = tiling_data_class("Untyped", "none.h", fields=(("a", int),))
     with pytest.raises(ValueError, match="C member types are not reproduced"):
         untyped(a=1).to_bytes()
 
@@ -206,7 +206,7 @@ BNGV3_ARCH35_UNIT_TESTS = [
 @pytest.mark.parametrize("case", BNGV3_ARCH35_UNIT_TESTS, ids=[case[0].split()[0] for case in BNGV3_ARCH35_UNIT_TESTS])
 def test_cann_prints_decode_under_the_layout_rules_and_encode_back(case):
     _, members, words, expected = case
-    cls = tiling_data_class("Printed", "batch_norm_grad_v3_tiling.h", typed_fields(members), members)
+    cls = tiling_data_class("Printed", "batch_norm_grad_v3_tiling.h", members)
     td = cls.from_words_text(words)
     assert {name: td[name] for name in expected} == expected
     assert td.words_text() == words.rstrip()
