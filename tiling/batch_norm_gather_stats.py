@@ -75,9 +75,14 @@ FIRST_AXIS = (GatherStatsStrategy.FIRST_AXIS_COMMON, GatherStatsStrategy.FIRST_A
 _HEADER = "norm/sync_batch_norm_gather_stats_fused/op_host/sync_batch_norm_gather_stats_fused_tiling.h"
 
 
+#: ``ParamsSyncBatchNormGatherStatsFused`` (same header) starts ``nLength``/``cLength`` at 1, ``momentum`` at
+#: 0.1f and ``eps`` at 1e-5f; ``GetShapeAttrsInfo`` assigns all four on every path that reaches a template.
+HOST_DEFAULTS = {"nLength": 1, "cLength": 1, "momentum": float(np.float32(0.1)), "eps": float(np.float32(1e-5))}
+
+
 def _struct(struct: str, names: str) -> type[TilingData]:
     """A template's struct: int64_t words, then the call's momentum and eps as float."""
-    return int64_struct(struct, _HEADER, names, "float momentum; float eps")
+    return int64_struct(struct, _HEADER, names, "float momentum; float eps", host_defaults=HOST_DEFAULTS)
 
 
 _BUFFERS = "wholeBufferByteSize nBufferByteSize cBufferByteSize nBrcbBufferByteSize wholeBufferElemNums"
@@ -214,7 +219,8 @@ def _tiling_data(problem: GatherStatsProblem, strategy: GatherStatsStrategy) -> 
         td.update({"cAlignV": align_v, "ubFormer": ub_former, "ubTail": c - (ub_loop - 1) * ub_former,
                    "ubLoop": ub_loop})
     record = TILING_DATA[strategy]
-    words = {name: td[name] for name in record.__dataclass_fields__ if name in td}
+    words = record.initial_words()
+    words.update((name, td[name]) for name in words if name in td)
     return record.from_words(words | {"momentum": problem.momentum, "eps": problem.eps})
 
 

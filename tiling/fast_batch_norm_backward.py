@@ -79,19 +79,27 @@ _COMMON = "b1Dim aDim b0Dim bAlign coreChannelNum coreChannelNumTail"
 _SPLIT = "bUbBlock b0UbBlock bUbLoop"
 
 
-def _bngv3_struct(struct: str, names: str) -> type[TilingData]:
-    return int64_struct(struct, _HEADER, names, "float epsilon")
+#: ``BatchNormGradV3Base::Reset`` starts ``epsilon_`` at ``DEFAULT_EPSILON`` (``batch_norm_grad_v3_base_tiling.h``),
+#: kept only when the attribute is absent (the aclnn API always passes it); the split-load templates start
+#: ``b0UbBlock`` at 1 (a local of ``DoOpTiling``, a member of the cross-core class), which the split-HW path
+#: assigns again and the split-N path overwrites.
+DEFAULT_EPSILON = float(np.float32(1e-5))
+
+
+def _bngv3_struct(struct: str, names: str, **host_defaults) -> type[TilingData]:
+    return int64_struct(struct, _HEADER, names, "float epsilon",
+                        host_defaults={"epsilon": DEFAULT_EPSILON} | host_defaults)
 
 
 FullLoadTilingData = _bngv3_struct("BatchNormGradV3FullLoadTilingData", f"{_COMMON} cUbBlock needCoreNum")
 SplitLoadTilingData = _bngv3_struct("BatchNormGradV3SplitLoadTilingData",
-                                    f"{_COMMON} {_SPLIT} bUbBlockTail b0UbBlockTail needCoreNum")
+                                    f"{_COMMON} {_SPLIT} bUbBlockTail b0UbBlockTail needCoreNum", b0UbBlock=1)
 SplitLoadCrossCoreTilingData = _bngv3_struct(
     "BatchNormGradV3SplitLoadCrossCoreTilingData",
     f"{_COMMON} {_SPLIT} bUbTailLoop bUbBlockTail b0UbBlockTail b0UbTailBlockTail needCoreNum groupCore "
     "groupBlockNum groupBlockNumTail morehalfChannel groupBlockNumHalf groupBlockNumHalfTail bUbLoopHalf "
     "b0UbBlockTailHalf bUbTailLoopHalf b0UbTailBlockTailHalf moreMultiChannel bUbLoopMulti b0UbBlockTailMulti "
-    "coreNum")
+    "coreNum", b0UbBlock=1)
 
 
 class FullLoadBudget(NamedTuple):
@@ -276,9 +284,9 @@ def _split_load(p: FastBatchNormBackwardProblem) -> tuple[TilingData, Split, int
     b_ub_block = p.b1_align if _plane_passes(p) else _b_ub_block(p, min(each, MAX_CHANNEL_SIZE))
     if b_ub_block <= 0:
         raise TilingError(f"[{OP}] split_load: bUbBlock is {b_ub_block}")
-    td = {"b1Dim": b1, "aDim": a, "b0Dim": b0, "bAlign": p.b_align, "coreChannelNum": each,
-          "coreChannelNumTail": tail, "bUbBlock": b_ub_block, "b0UbBlock": 1, "bUbLoop": 0, "bUbBlockTail": 0,
-          "b0UbBlockTail": 0, "needCoreNum": need}
+    td = SplitLoadTilingData.initial_words()
+    td.update(b1Dim=b1, aDim=a, b0Dim=b0, bAlign=p.b_align, coreChannelNum=each, coreChannelNumTail=tail,
+              bUbBlock=b_ub_block, needCoreNum=need, epsilon=p.epsilon)
     if b_ub_block < 2 * p.b1_align:
         loop = -(-b1 // b_ub_block)
         td.update(bUbLoop=loop, bUbBlockTail=b1 - (loop - 1) * b_ub_block)
@@ -288,20 +296,20 @@ def _split_load(p: FastBatchNormBackwardProblem) -> tuple[TilingData, Split, int
         loop = -(-b0 // planes)
         td.update(b0UbBlock=planes, bUbLoop=loop, b0UbBlockTail=b0 - (loop - 1) * planes)
         offset = 1
-    return SplitLoadTilingData.from_words(td | {"epsilon": p.epsilon}), _quota(a, each, need, tail), offset
+    return SplitLoadTilingData.from_words(td), _quota(a, each, need, tail), offset
 
 
 def _cross_core(p: FastBatchNormBackwardProblem) -> tuple[TilingData, int]:
     """The tiling data and the key offset (0: split HW, 1: split N)."""
     b0, a, b1, _ = p.fused
     cores = p.soc.vector_cores
-    td = dict.fromkeys(SplitLoadCrossCoreTilingData.__dataclass_fields__, 0)
+    td = SplitLoadCrossCoreTilingData.initial_words()
     each = a // cores
     b_ub_block = p.b1_align if _plane_passes(p) else _b_ub_block(p, each)
     if b_ub_block <= 0:
         raise TilingError(f"[{OP}] split_load_cross_core: bUbBlock is {b_ub_block}")
     td.update(b1Dim=b1, aDim=a, b0Dim=b0, bAlign=p.b_align, coreChannelNum=each, bUbBlock=b_ub_block,
-              b0UbBlock=1, coreNum=cores)
+              coreNum=cores)
     left = a
     if a > cores:
         td["moreMultiChannel"] = 1

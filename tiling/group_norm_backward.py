@@ -76,8 +76,12 @@ _A2_FIELDS = (
 #: ``GroupNormGradTilingData``: every member uint64_t in the header (older copies declare uint32_t and
 #: int32_t; the host arithmetic above is the uint32 code's, whose values the wider fields hold unchanged).
 _A2_MEMBERS = c_struct("; ".join(f"uint64_t {name}" for name in _A2_FIELDS))
+#: The fields ``TilingCalculationParameters`` (same header) starts at other than 0: ``uint32_t tilingKey = -1``
+#: and the three ``bool ...IsRequire = true``. ``CalStage1TilingInfo`` picks a mode on every path and ``Init``
+#: reads the three attributes on every path, so no plan keeps them.
 GroupNormGradTilingData = tiling_data_class(
-    "GroupNormGradTilingData", "norm/group_norm_grad/op_host/group_norm_grad_tiling.h", _A2_MEMBERS)
+    "GroupNormGradTilingData", "norm/group_norm_grad/op_host/group_norm_grad_tiling.h", _A2_MEMBERS,
+    host_defaults={"Tiling_key": U32, "dx_is_require": 1, "dgamma_is_require": 1, "dbeta_is_require": 1})
 
 
 class GroupNormBackwardStrategy(enum.Enum):
@@ -180,7 +184,7 @@ def _stage1(p: GroupNormBackwardProblem) -> tuple[dict[str, int], int, int]:
     mode0 = 0 if ub < reserve + unaligned else \
         (ub - reserve - unaligned) // _u32(ceil_u32(p.c_g * p.hxw, epb) * dbytes * UB_COPIES)
     mode1 = (ub - reserve) // _u32(ceil_u32(p.hxw, epb) * dbytes * UB_COPIES)
-    td = dict.fromkeys(GroupNormGradTilingData.__dataclass_fields__, 0)
+    td = GroupNormGradTilingData.initial_words()
     td.update(N=p.n, C=p.c, HXW=p.hxw, G=p.g, NXG=nxg, C_G=p.c_g, task_num_per_core=tpc,
               task_num_per_tail_core=tptc, tail_core=tail_core, mode1_ub_cap_C_num=_u32(mode1))
     if mode1 > 0:

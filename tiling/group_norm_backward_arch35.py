@@ -30,9 +30,12 @@ What the code computes, in its order (``DoOpTiling``, ``GetWorkspaceSize``, ``Po
   clearing blocks and stage 2.
 
 Integer arithmetic follows the members' C++ types (uint32 wraps where a member is uint32). Where the code
-leaves a value unset it is 0 here: ``cNumMode2PerCore``, ``tailcNumMode2PerCore``, ``stage2LoopCnt`` and
-``stage2FactorN`` (never assigned), and the empty tiling's ``colsPerUBDG`` on the multi-core full-load path
-(an uninitialised member there). ``Stage2Mode2Tiling``'s failure is ignored by its caller, as in the code.
+leaves a value unset it keeps its member's initializer in ``group_norm_grad_tiling_arch35.h``: 1 for
+``stage2Mode`` (``uint32_t stage2Mode_ = 1``: N = 1 outside mode 400 skips ``Stage2Tiling``) and ``HXW``
+(``int64_t HxW_ = 1``, the product's seed: a 2-D input has no spatial dims), else 0: ``cNumMode2PerCore``,
+``tailcNumMode2PerCore``, ``stage2LoopCnt`` and ``stage2FactorN`` (never assigned), the stage-2 fields at
+N = 1, and the empty tiling's ``colsPerUBDG`` on the multi-core full-load path (an uninitialised member
+there). ``Stage2Mode2Tiling``'s failure is ignored by its caller, as in the code.
 """
 
 from __future__ import annotations
@@ -104,7 +107,8 @@ EMPTY_MEMBERS = c_struct(
 
 #: ``GroupNormGradRegBaseTilingData``: its three structs' fields in turn (gNGBaseParams, gNGReduceParams,
 #: gNGKernel2Params; the names are unique across them).
-GroupNormGradRegBaseTilingData = tiling_data_class("GroupNormGradRegBaseTilingData", HEADER, REGBASE_MEMBERS)
+GroupNormGradRegBaseTilingData = tiling_data_class("GroupNormGradRegBaseTilingData", HEADER, REGBASE_MEMBERS,
+                                                   host_defaults={"HXW": 1, "stage2Mode": STAGE2_MODE_1})
 GroupNormGradEmptyTilingData = tiling_data_class("GroupNormGradEmptyTilingData", HEADER, EMPTY_MEMBERS)
 
 
@@ -199,7 +203,7 @@ def arch35_tiling(n: int, c: int, hxw: int, g: int, dtype: str, out_dtype: str, 
     nxg, nxc = n * g, n * c
     q_hw, k_hw, last_hw = binary_params(hxw, vector_len)
     q_cg, k_cg, last_cg = binary_params(c_g, vector_len)
-    td = dict.fromkeys(GroupNormGradRegBaseTilingData.__dataclass_fields__, 0)
+    td = GroupNormGradRegBaseTilingData.initial_words()
 
     # BlockTiling
     t_bytes = FLOAT_BYTES if dtype == "float32" else HALF_BYTES

@@ -54,6 +54,10 @@ class TilingData(Mapping):
     header: ClassVar[str] = ""
     #: Its members as the header declares them (``c_struct``), or None where they are not reproduced.
     c_members: ClassVar[tuple | None] = None
+    #: The value a field holds until the host code assigns it, where that is not 0: the initializer of the
+    #: tiling class's member (or local) that the code copies into the field, as its source declares it.
+    #: Where the code skips a step, the field keeps it (arch35 GroupNormGrad's ``stage2Mode_ = 1`` at N = 1).
+    host_defaults: ClassVar[Mapping] = {}
 
     def __getitem__(self, name: str):
         if name not in self.__dataclass_fields__:
@@ -73,6 +77,12 @@ class TilingData(Mapping):
             raise ValueError(f"{cls.struct} words must be {', '.join(cls.__dataclass_fields__)} in that order, "
                              f"got {', '.join(words)}")
         return cls(**words)
+
+    @classmethod
+    def initial_words(cls) -> dict:
+        """Every field with the value it holds before the host code assigns it: its ``host_defaults``
+        entry, else 0. A planner starts from these, so a field the code leaves alone keeps CANN's value."""
+        return {name: cls.host_defaults.get(name, 0) for name in cls.__dataclass_fields__}
 
     # --- the C struct -------------------------------------------------------------------------------
     @classmethod
@@ -137,24 +147,32 @@ class TilingData(Mapping):
 
 
 def tiling_data_class(struct: str, header: str, c_members: tuple | None = None, *,
-                      fields: tuple[tuple[str, type], ...] | None = None) -> type[TilingData]:
+                      fields: tuple[tuple[str, type], ...] | None = None,
+                      host_defaults: Mapping | None = None) -> type[TilingData]:
     """A frozen ``TilingData`` record of ``struct``: its fields (name, int or float, in struct order) and
-    C layout from ``c_members`` (``c_struct``); or, with ``fields`` instead, a record without a layout."""
+    C layout from ``c_members`` (``c_struct``); or, with ``fields`` instead, a record without a layout.
+    ``host_defaults``: the fields whose value before the host code assigns them is not 0 (see
+    ``TilingData.host_defaults``)."""
     if (c_members is None) == (fields is None):
         raise TypeError(f"{struct}: give its C members or, for a record without a layout, its fields")
     fields = typed_fields(c_members) if fields is None else fields
+    host_defaults = dict(host_defaults or {})
+    unknown = set(host_defaults) - {name for name, _ in fields}
+    if unknown:
+        raise ValueError(f"{struct} has no field {', '.join(sorted(unknown))} to give a host default")
     cls = dataclasses.make_dataclass(struct, list(fields), bases=(TilingData,), frozen=True)
-    cls.struct, cls.header, cls.c_members = struct, header, c_members
+    cls.struct, cls.header, cls.c_members, cls.host_defaults = struct, header, c_members, host_defaults
     cls.__doc__ = f"``{struct}`` of ``{header}``: {', '.join(name for name, _ in fields)}."
     return cls
 
 
-def int64_struct(struct: str, header: str, names: str, tail: str) -> type[TilingData]:
+def int64_struct(struct: str, header: str, names: str, tail: str, *,
+                 host_defaults: Mapping | None = None) -> type[TilingData]:
     """The record of a struct of ``int64_t`` members ``names`` (space-separated) followed by the
     declaration ``tail`` (``"float epsilon"``): the shape of every BatchNormGradV3 and gather-stats
     template's struct."""
     members = c_struct("; ".join(f"int64_t {name}" for name in names.split()) + "; " + tail)
-    return tiling_data_class(struct, header, members)
+    return tiling_data_class(struct, header, members, host_defaults=host_defaults)
 
 
 def c_struct(declaration: str) -> tuple[tuple[str, str], ...]:

@@ -16,7 +16,8 @@ from .test_group_norm_backward import assert_close_to_reference, make_problem
 SOC = "Ascend950"
 F32 = np.float32
 
-#: (N, C, HxW, group, mode, stage-2 mode, why); the modes are the plan's, asserted below
+#: (N, C, HxW, group, mode, stage-2 mode, why); the modes are the plan's, asserted below (N = 1 runs no stage 2:
+#: stage2Mode keeps its member's initializer, 1)
 CASES = [
     (4, 8, 1, 2, 100, 1, "HxW == 1: the channel's own product, no reduction (VFMode0DbetaDsOneHw)"),
     (4, 8, 36, 2, 100, 1, "HxW <= 64: one register per channel"),
@@ -27,8 +28,8 @@ CASES = [
     (5, 4, 5000, 1, 200, 1, "channel full load, N 5: three workspace rows (the 4-row tree with a zero row)"),
     (2, 4, 20000, 2, 300, 1, "recompute: 4 main loops of 4096, one fold loop with a tail of 3616"),
     (8, 64, 5000, 1, 400, 1, "small N x G: stage 0's channel sums, eight rows (one a batch)"),
-    (1, 1, 1100000, 1, 300, 0, "recompute, 256 main loops: the level-1 cache"),
-    (1, 8, 36, 2, 100, 0, "N == 1: the task sums straight onto the zeroed outputs"),
+    (1, 1, 1100000, 1, 300, 1, "recompute, 256 main loops: the level-1 cache"),
+    (1, 8, 36, 2, 100, 1, "N == 1: the task sums straight onto the zeroed outputs (stage2Mode_ stays 1)"),
     (18, 8, 10, 2, 100, 1, "nine rows: the 8-row tree past the quotient"),
     (37, 6, 10, 3, 100, 1, "19 rows: quotient 16, one paired group and a quotient-only one"),
     (70, 4, 4, 2, 100, 1, "35 rows: quotient 32, one paired group, halving over 4"),
