@@ -18,7 +18,7 @@ import pytest
 from numba import njit, prange
 
 import normkern
-from normkern._lanes import LANES, accumulate, fold
+from normkern.kernels.lanes import LANES, accumulate, fold
 from normkern.runtime import cache as _cache
 
 RESULTS = Path(__file__).parent / "results"

@@ -19,7 +19,7 @@ from numba import njit, prange
 
 import normkern
 import tiling
-from normkern._lanes import LANES, accumulate, fold
+from normkern.kernels.lanes import LANES, accumulate, fold
 from normkern.ops.batch_norm_stats import bytes_moved
 
 from .conftest import STREAM_BYTES, interleaved_medians, record, timing_columns

@@ -20,7 +20,7 @@ from numba import njit, prange
 
 import normkern
 import tiling
-from normkern._dtypes import from_f32, kernel_view, to_f32
+from normkern.kernels.dtypes import from_f32, kernel_view, to_f32
 from normkern.ops.fast_batch_norm_backward import bytes_moved
 
 from .conftest import record, time_against_triad

@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from normkern import _registry
+from normkern import registry as _registry
 
 from .conftest import record
 
@@ -27,7 +27,7 @@ import normkern
 from normkern.examples import example_inputs
 imported = time.perf_counter()
 op, dtype, shape, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
-record = normkern._registry.get(op)
+record = normkern.registry.get(op)
 options = {option.dest: option.kwargs.get("default", True) for option in record.options} | options
 kw = example_inputs(op, shape, dtype, **options)
 made = time.perf_counter()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from normkern._lanes import accumulate, fold
+from normkern.kernels.lanes import accumulate, fold
 
 from .conftest import median_seconds, record
 

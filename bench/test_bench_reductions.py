@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from numba import njit, prange
 
-from normkern._dtypes import kernel_view, to_f32
-from normkern._lanes import LANES, accumulate, fold, fold_halves
+from normkern.kernels.dtypes import kernel_view, to_f32
+from normkern.kernels.lanes import LANES, accumulate, fold, fold_halves
 
 from .conftest import RESULTS, median_seconds
 

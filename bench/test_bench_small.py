@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import normkern
-from normkern._dtypes import kernel_view
+from normkern.kernels.dtypes import kernel_view
 from normkern.ops.batch_norm_stats import bytes_moved as stats_bytes
 from normkern.ops.fast_batch_norm_backward import bytes_moved as fast_bytes
 from normkern.ops.group_norm_backward import bytes_moved as group_bytes

@@ -6,9 +6,6 @@ count, and an atomic plan can be replayed from its arrival order.
 """
 
 from . import aclnn
-from ._config import get_default_soc, get_deterministic, set_default_soc, set_deterministic
-from ._prepared import PreparedCall, prepare
-from ._registry import records as _records
 from .determinism import DeterminismReport, check_determinism
 from .errors import (
     DeterminismError,
@@ -19,8 +16,11 @@ from .errors import (
     UnsupportedError,
     WorkspaceError,
 )
+from .registry import records as _records
 from .runtime import cache as _cache
 from .runtime import get_num_threads, set_num_threads
+from .runtime.calls import PreparedCall, prepare
+from .runtime.settings import get_default_soc, get_deterministic, set_default_soc, set_deterministic
 
 # Every kernel's cache is keyed by the compiled helpers too (see normkern/runtime/cache.py); before any compile.
 _cache.key_by_helpers("normkern")

@@ -13,10 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from . import _config
 from . import ops as _ops  # noqa: F401  (importing the slices registers them)
-from ._executor import Executor, launch
-from ._registry import OpRecord, records
 from .errors import (
     ACLNN_ERR_INNER,
     ACLNN_ERR_INNER_FIND_KERNEL_ERROR,
@@ -30,6 +27,9 @@ from .errors import (
     InvalidParameterError,
     NormkernError,
 )
+from .registry import OpRecord, records
+from .runtime import settings
+from .runtime.executor import Executor, execute
 
 __all__ = [
     "ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
@@ -70,7 +70,7 @@ def aclrtCtxSetSysParamOpt(opt: int, value: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 3:
             _set_error(f"aclrtCtxSetSysParamOpt: ACL_OPT_DETERMINISTIC value must be 0-3, got {value!r}")
             return ACL_ERROR_INVALID_PARAM
-        _config.set_deterministic(value)
+        settings.set_deterministic(value)
         return ACL_SUCCESS
     if opt in (ACL_OPT_ENABLE_DEBUG_KERNEL, ACL_OPT_STRONG_CONSISTENCY, ACL_OPT_ENABLE_KERNEL_EARLY_START):
         _other_options[opt] = int(value)
@@ -82,7 +82,7 @@ def aclrtCtxSetSysParamOpt(opt: int, value: int) -> int:
 def aclrtCtxGetSysParamOpt(opt: int) -> tuple[int, int]:
     """``(status, value)`` of a context option."""
     if opt == ACL_OPT_DETERMINISTIC:
-        return ACL_SUCCESS, _config.get_deterministic()
+        return ACL_SUCCESS, settings.get_deterministic()
     if opt in (ACL_OPT_ENABLE_DEBUG_KERNEL, ACL_OPT_STRONG_CONSISTENCY, ACL_OPT_ENABLE_KERNEL_EARLY_START):
         return ACL_SUCCESS, _other_options.get(opt, 0)
     _set_error(f"aclrtCtxGetSysParamOpt: unknown option {opt!r}")
@@ -166,7 +166,7 @@ def _first_phase(prepare: Callable[[], Executor]) -> tuple[int, int, Executor | 
 
 
 def _second_phase(op: str, workspace, workspace_size, executor) -> int:
-    return _status(lambda: launch(op, workspace, workspace_size, executor), ACLNN_ERR_RUNTIME_ERROR, "runtime error")
+    return _status(lambda: execute(op, workspace, workspace_size, executor), ACLNN_ERR_RUNTIME_ERROR, "runtime error")
 
 
 def _phases(record: OpRecord) -> tuple[Callable, Callable]:

@@ -21,10 +21,11 @@ import numpy as np
 
 import tiling
 
-from . import _config, _registry, runtime
-from ._progress import Lines, progress
+from . import registry, runtime
 from .determinism import _rel, _ulp
 from .errors import InvalidParameterError, NormkernError
+from .progress import Lines, progress
+from .runtime import settings
 
 #: A row is not to be trusted when its interquartile range exceeds this fraction of its median.
 SPREAD_LIMIT = 0.25
@@ -149,7 +150,7 @@ def run_bench(op: str, shape, dtype: str = "float32", *, socs=(None,), strategie
     reason in ``refused``."""
     from .examples import example_inputs
 
-    record = _registry.get(op, "bench")
+    record = registry.get(op, "bench")
     if strategies is None:
         strategies = [s.value for s in record.strategies if s.value != "empty"]
     options = dict(options or {})
@@ -162,7 +163,7 @@ def run_bench(op: str, shape, dtype: str = "float32", *, socs=(None,), strategie
     configurations = [(soc, strategy) for soc in socs for strategy in strategies]
     with progress(len(configurations), unit="strategy") if show_progress else Lines() as bar:
         for soc, strategy in configurations:
-            spec = _config.resolve_soc(soc, record.name)
+            spec = settings.resolve_soc(soc, record.name)
             name = strategy or "default"
             row = BenchRow(soc=spec.name, strategy=name)
             report.rows.append(row)

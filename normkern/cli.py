@@ -15,16 +15,16 @@ import numpy as np
 
 import tiling
 
-from . import _registry
-from ._progress import progress
+from . import registry
 from .errors import NormkernError
+from .progress import progress
 
 
 class UsageError(ValueError):
     """A bad command-line value: printed as ``normkern: error: [op] ...``, exit status 2."""
 
 
-def _shape(record: _registry.OpRecord, text: str) -> tuple[int, ...]:
+def _shape(record: registry.OpRecord, text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(part) for part in text.split(","))
     except ValueError:
@@ -37,10 +37,10 @@ def _shape(record: _registry.OpRecord, text: str) -> tuple[int, ...]:
     return shape
 
 
-def _options(record: _registry.OpRecord, args) -> dict:
+def _options(record: registry.OpRecord, args) -> dict:
     """The op's own flags as keyword arguments; another op's flag, if set, is an error."""
     own = {option.dest for option in record.options}
-    for other in _registry.records():
+    for other in registry.records():
         for option in other.options:
             if option.dest not in own and getattr(args, option.dest) != option.kwargs.get("default", True):
                 raise UsageError(f"[{record.name}] {option.flag} applies only to {other.name}")
@@ -73,7 +73,7 @@ def _cmd_ops(args) -> int:
 
 
 def _cmd_plan(args) -> int:
-    record = _registry.get(args.op)
+    record = registry.get(args.op)
     soc = args.soc
     if args.core_num is not None or args.ub_size is not None:
         try:
@@ -147,7 +147,7 @@ def _tiling_data_io(name: str, plan, args) -> int:
     return 1
 
 
-def _example(record: _registry.OpRecord, args) -> dict:
+def _example(record: registry.OpRecord, args) -> dict:
     from .examples import example_inputs
 
     return example_inputs(record.name, _shape(record, args.shape), args.dtype, seed=args.seed, eps=args.eps,
@@ -158,7 +158,7 @@ def _cmd_run(args) -> int:
     """Run the op on seeded random data; report time, error against float64, and the simulator check."""
     from .determinism import _rel
 
-    record = _registry.get(args.op)
+    record = registry.get(args.op)
     if args.repeat < 1:
         raise UsageError(f"[{record.name}] --repeat must be at least 1, got {args.repeat}")
     kw = _example(record, args)
@@ -196,7 +196,7 @@ def _cmd_determinism(args) -> int:
     """Run the op repeatedly over thread counts, plans and arrival orders; report bitwise agreement."""
     from .determinism import check_determinism
 
-    record = _registry.get(args.op)
+    record = registry.get(args.op)
     kw = _example(record, args)
     strategies = [None if s == "default" else s for s in (args.strategy or "default").split(",")]
     try:
@@ -222,7 +222,7 @@ def _cmd_bench(args) -> int:
     """Every strategy asked, timed, checked against float64 and (atomic plans) replayed; a table, a JSON file."""
     from .benchmark import plot, run_bench
 
-    record = _registry.get(args.op)
+    record = registry.get(args.op)
     if args.repeat < 3 or args.arrival_orders < 1:
         raise UsageError(f"[{record.name}] --repeat must be at least 3 and --arrival-orders at least 1, got "
                          f"{args.repeat} and {args.arrival_orders}")
@@ -263,12 +263,12 @@ def _cmd_warmup(args) -> int:
     can run them, one line per call as it finishes, under a progress bar where tqdm is installed."""
     from .examples import example_inputs
 
-    names = _split(args.ops) if args.ops else [r.name for r in _registry.records()]
+    names = _split(args.ops) if args.ops else [r.name for r in registry.records()]
     for name in names:
-        _registry.get(name, "warmup")
+        registry.get(name, "warmup")
     jobs = [(name, dtype, soc, strategy, shape, options) for name in names for dtype in _split(args.dtypes)
-            for soc in _split(args.socs) for shape, options in _registry.get(name).warmup
-            for strategy in _registry.get(name).strategies]
+            for soc in _split(args.socs) for shape, options in registry.get(name).warmup
+            for strategy in registry.get(name).strategies]
     start = time.perf_counter()
     done = 0
     with progress(len(jobs)) as bar:
@@ -278,7 +278,7 @@ def _cmd_warmup(args) -> int:
             bar.set_description_str(what)
             begun = time.perf_counter()
             try:
-                _registry.get(name).call(example_inputs(name, shape, dtype, **options), soc=soc, strategy=strategy,
+                registry.get(name).call(example_inputs(name, shape, dtype, **options), soc=soc, strategy=strategy,
                                          deterministic=False, arrival_seed=0)
             except (NormkernError, tiling.TilingError):
                 pass  # a dtype or strategy this SoC does not run for such a problem: nothing to compile
@@ -298,7 +298,7 @@ def _split(text: str) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    records = _registry.records()
+    records = registry.records()
     parser = argparse.ArgumentParser(prog="normkern", description=__doc__)
     parser.add_argument("--version", action="version", version=f"normkern {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -323,7 +323,7 @@ def _parser() -> argparse.ArgumentParser:
         several = " (several, comma-separated)" if name in ("determinism", "bench") else ""
         cmd = sub.add_parser(name, help=helptext, description=helptext)
         cmd.add_argument("op", choices=[r.name for r in records])
-        default_shape = _registry.OpRecord.shape_help
+        default_shape = registry.OpRecord.shape_help
         cmd.add_argument("--shape", required=True, help="; ".join(
             [default_shape] + [f"{r.name}: {r.shape_help}" for r in records if r.shape_help != default_shape]))
         cmd.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),

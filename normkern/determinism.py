@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import _config, _registry, runtime
-from ._checks import is_int
+from . import registry, runtime
 from .errors import InvalidParameterError
+from .runtime import settings
+from .runtime.checks import is_int
 
 
 def _ordered(values: np.ndarray) -> np.ndarray:
@@ -144,7 +145,7 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
     copied for every run, so in-place outputs (running statistics) start from the same values.
     ``progress`` prints one line per plan and thread count to stderr.
     """
-    record = _registry.get(op, "check_determinism")
+    record = registry.get(op, "check_determinism")
     if not isinstance(runs, int) or runs < 1:
         raise InvalidParameterError("check_determinism", "runs", "must be a positive int", repr(runs))
     given = threads
@@ -162,7 +163,7 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
     parameters = [p for p in inspect.signature(record.function).parameters.values()
                   if p.kind is p.POSITIONAL_OR_KEYWORD]
     missing = [p.name for p in parameters if p.default is p.empty and p.name not in kw]
-    unknown = sorted(set(kw) - {p.name for p in parameters} - set(_registry.COMMON_KEYWORDS))
+    unknown = sorted(set(kw) - {p.name for p in parameters} - set(registry.COMMON_KEYWORDS))
     if missing or unknown:
         rule = f"must hold {op}'s arguments ({', '.join(p.name for p in parameters)})"
         raise InvalidParameterError("check_determinism", "inputs", rule,
@@ -188,7 +189,7 @@ def check_determinism(op: str, inputs: dict, *, runs: int = 20, threads=(1, 2), 
     # every configuration's plan first: each runs the op's own checks, so bad inputs get the op's error
     # before the reference sees them
     plans = [(spec, strategy, record.plan(kw, spec, strategy))
-             for spec in (_config.resolve_soc(soc, op) for soc in socs) for strategy in strategies]
+             for spec in (settings.resolve_soc(soc, op) for soc in socs) for strategy in strategies]
     reference = record.reference(kw)
     configurations, firsts = [], []
     for spec, strategy, plan in plans:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _registry
-from ._dtypes import bfloat16
+from . import registry
+from .kernels.dtypes import bfloat16
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -35,7 +35,7 @@ def channel_statistics(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarra
 def example_inputs(op: str, shape, dtype: str = "float32", *, seed: int = 0, eps: float = 1e-5, **options) -> dict:
     """Keyword arguments for ``normkern.<op>``: the op record's ``shape_help`` says what ``shape`` is,
     and ``options`` are the op's own (the ``dest`` of its CLI options, such as ``group``)."""
-    record = _registry.get(op, "example_inputs")
+    record = registry.get(op, "example_inputs")
     if dtype not in DTYPE_NAMES:
         raise ValueError(f"[{op}] dtype must be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
     kind = bfloat16() if dtype == "bfloat16" else np.dtype(dtype)

@@ -39,7 +39,16 @@ from .group_norm_backward import (
     GroupNormBackwardStrategy,
     plan_group_norm_backward,
 )
-from .plan import SCHEMA_VERSION, Plan, Rejection, Strategy, StrategyRegistry, TilingError
+from .plan import (
+    SCHEMA_VERSION,
+    Plan,
+    Rejection,
+    Strategy,
+    StrategyRegistry,
+    TilingError,
+    UnknownStrategyError,
+    parse_strategy,
+)
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import (
     A2_A3,
@@ -67,7 +76,8 @@ __all__ = [
     "BatchNormReduceBackwardPlan", "BatchNormReduceBackwardStrategy", "plan_batch_norm_backward_reduce",
     "BatchNormElemtPlan", "BatchNormElemtBackwardPlan", "ElementwiseArgs", "ElementwisePlan", "ElementwiseStrategy",
     "plan_batch_norm_elemt", "plan_batch_norm_backward_elemt",
-    "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError",
+    "SCHEMA_VERSION", "Plan", "Rejection", "Strategy", "StrategyRegistry", "TilingError", "UnknownStrategyError",
+    "parse_strategy",
     "LANES", "Combine", "LaneOrder", "ReduceLevel", "ReductionTree",
     "A2_A3", "ASCEND950", "ATLAS_INFERENCE", "ATLAS_TRAINING", "DEFAULT_SOC", "HOST", "SocSpec", "get_soc",
     "host_soc", "soc_names", "unit_test_soc", "ACLNN_NAMES", "FAMILIES", "Support", "UnsupportedError", "support",

@@ -280,7 +280,7 @@ class GatherStatsPlan(Plan):
         """``kernel_args()`` for a run on one thread. A channel-split plan adds each channel's
         devices in device order whatever the core boundaries, so one core over every channel makes the
         same additions; a device-split plan keeps its blocks, whose boundaries are the order."""
-        args = self.cached_kernel_args()
+        args = self.kernel_args()
         if args.split_n:
             return args
         return args._replace(core_start=np.zeros(1, np.int64), core_count=np.array([self.c], np.int64))

@@ -486,9 +486,6 @@ class FastBatchNormBackwardPlan(Plan):
 
     def jobs(self) -> tuple[Job, ...]:
         """Every core's work, phase by phase (phases are separated by a SyncAll)."""
-        return self.memo("jobs", self._jobs)
-
-    def _jobs(self) -> tuple[Job, ...]:
         if self.strategy is S.EMPTY:
             return ()
         td, blocks = self.tiling_data, self.blocks_per_channel

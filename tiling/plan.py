@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -110,16 +110,6 @@ class Plan:
 
     def kernel_args(self):
         raise NotImplementedError
-
-    def memo(self, key: Hashable, factory):
-        """``factory()`` computed once per plan object (plans are cached, so once per problem)."""
-        cache = self.__dict__.setdefault("_memo", {})
-        if key not in cache:
-            cache[key] = factory()
-        return cache[key]
-
-    def cached_kernel_args(self):
-        return self.memo("kernel_args", self.kernel_args)
 
     def summary_ub(self) -> str:
         """The UB part of ``str(plan)``; subclasses describe their blocks."""
@@ -240,6 +230,25 @@ class Strategy:
     build: Callable[[object, tuple[Rejection, ...]], Plan]
 
 
+class UnknownStrategyError(TilingError):
+    """A strategy name that is not one of the op's; ``names`` lists the op's."""
+
+    def __init__(self, message: str, names: str) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+def parse_strategy(op: str, strategy_enum: type[enum.Enum], strategy) -> enum.Enum | None:
+    """An op's strategy Enum from the Enum itself, its value, or None (the planner chooses)."""
+    if strategy is None or isinstance(strategy, strategy_enum):
+        return strategy
+    try:
+        return strategy_enum(strategy)
+    except ValueError:
+        names = ", ".join(s.value for s in strategy_enum)
+        raise UnknownStrategyError(f"[{op}] strategy must be one of {names}, got {strategy!r}", names) from None
+
+
 class StrategyRegistry:
     """Tries strategies in priority order and records why the earlier ones were passed over."""
 
@@ -249,13 +258,7 @@ class StrategyRegistry:
         self.strategies = strategies
 
     def parse(self, strategy) -> enum.Enum | None:
-        if strategy is None or isinstance(strategy, self.strategy_enum):
-            return strategy
-        try:
-            return self.strategy_enum(strategy)
-        except ValueError:
-            names = ", ".join(s.value for s in self.strategy_enum)
-            raise TilingError(f"[{self.op}] strategy must be one of {names}, got {strategy!r}") from None
+        return parse_strategy(self.op, self.strategy_enum, strategy)
 
     def plan(self, problem, strategy=None) -> Plan:
         forced = self.parse(strategy)

@@ -1,8 +1,8 @@
 """The cache: Numba's on-disk cache, keyed by the compiled helpers as well as by each kernel's own code.
 
 Numba files a cached kernel under its own source file and bytecode. The helpers every kernel
-compiles in (``_lanes``, ``_dtypes``, ``_views``, ``_streaming``, an op's own row modules, and the
-plan arithmetic of ``tiling`` that a kernel compiles) are not part of that key: after an edit to one
+compiles in (every module of ``normkern.kernels``, an op's own row modules, and the plan arithmetic of
+``tiling`` that a kernel compiles) are not part of that key: after an edit to one
 of them (a ``git pull`` in an editable install), a kernel whose own file did not change would load
 its old machine code, with the old helper inside, and run it. ``key_by_helpers`` gives each cached
 kernel of normkern a cache whose key also holds a digest of the helpers' sources, so an edited
@@ -25,10 +25,10 @@ try:  # Numba's private cache internals, as in the pinned range (pyproject.toml)
 except ImportError:  # pragma: no cover - a Numba that moved them
     FunctionCache = Dispatcher = None
 
-#: The modules compiled into every kernel (their functions are inlined or linked into the callers).
-HELPER_MODULES = ("_lanes.py", "_dtypes.py", "_views.py", "_streaming.py", "ops/fast_batch_norm_backward/rows.py",
-                  "ops/fast_batch_norm_backward/sweeps.py", "ops/batch_norm_elemt/kernel.py",
-                  "ops/batch_norm_stats/kernel.py")
+#: The modules compiled into the kernels besides their own (inlined or linked into the callers): the shared
+#: building blocks, and the row modules FastBatchNormBackward's bodies share.
+HELPER_MODULES = (*sorted(f"kernels/{p.name}" for p in (Path(__file__).parent.parent / "kernels").glob("*.py")),
+                  "ops/fast_batch_norm_backward/rows.py", "ops/fast_batch_norm_backward/sweeps.py")
 #: The ``tiling`` modules whose plain functions a kernel compiles in (the plan's own arithmetic).
 TILING_MODULES = ("fast_batch_norm_backward.py",)
 

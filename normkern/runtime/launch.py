@@ -330,7 +330,10 @@ def launch(function, spans, *args) -> None:
     ``spans`` are thread boundaries (``threads.thread_spans``) or their :func:`runs_of` (what
     ``threads.plan_spans`` keeps per plan, so that a call does not convert them again)."""
     runs = spans if type(spans) is tuple else runs_of(spans)
-    if len(runs) > 1 and _team is not None and _team.launch(function, runs, args):
+    if len(runs) == 1:  # the calling thread alone
+        function(*args, *runs[0])
+        return
+    if _team is not None and _team.launch(function, runs, args):
         return
     _pool.launch(function, runs, args)
 

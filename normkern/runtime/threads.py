@@ -1,6 +1,6 @@
 """How many CPU threads a call runs on, and which thread runs which of a plan's cores.
 
-A plan has the SoC's cores (48 on an A2); the CPU runs them on up to :func:`get_num_threads` threads.
+A plan has the SoC's cores (48 on an A2); the CPU runs them on up to ``settings.get_num_threads()`` threads.
 Each thread takes one contiguous run of cores of about equal work (:func:`thread_spans`): with cores
 of unequal work (BatchNormStats 64x128x56x56 on the A2 plan: 32 cores of 3 channels and 16 of 2) an
 equal *number* of cores a thread would not finish together. Every core still does exactly its plan
@@ -10,69 +10,28 @@ gives the same bits at any thread count.
 Handing work to another thread costs more than a small call's whole work (``launch.py``), so a call
 uses one more thread only for each ``per_thread`` bytes it touches (:func:`threads_for`; each op passes
 the figure measured for its kernels: docs/performance.md, "The runtime"); a smaller call runs on the
-calling thread alone.
-
-The thread count is a setting of the calling context, as the determinism switch (``_config``): one thread's
-:func:`set_num_threads` never changes another thread's calls. The default is Numba's configured thread
-count (``NUMBA_NUM_THREADS``, else the CPU's), which is also the ``host`` SoC's vector-core count.
+calling thread alone. The default thread count is Numba's configured one (``NUMBA_NUM_THREADS``, else the
+CPU's), which is also the ``host`` SoC's vector-core count.
 """
 
 from __future__ import annotations
 
-import contextvars
-
-import numba
 import numpy as np
 
 import tiling
 
+from .derived import derived
 from .launch import runs_of
-
-#: The most threads a call may use: Numba's configured count (read once; the ``host`` SoC reads the same).
-MAX_THREADS = max(1, int(numba.config.NUMBA_NUM_THREADS))
+from .settings import THREADS
 
 #: One more thread per this many bytes read and written, where an op names no figure of its own.
 BYTES_PER_THREAD = 2 * 1024 * 1024
 
-#: (threads, exact): the most threads a call uses, and whether every call uses that many whatever its size.
-_threads = contextvars.ContextVar("normkern_threads", default=(MAX_THREADS, False))
-
-
-class _Restore:
-    """Returned by :func:`set_num_threads`: ``with set_num_threads(n): ...`` puts the old count back."""
-
-    def __init__(self, value: tuple[int, bool]) -> None:
-        self._token = _threads.set(value)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _threads.reset(self._token)
-
-
-def check_threads(value, caller: str = "set_num_threads") -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_THREADS:
-        raise ValueError(f"{caller}: threads must be an int in 1..{MAX_THREADS} (NUMBA_NUM_THREADS), got {value!r}")
-    return int(value)
-
-
-def set_num_threads(threads: int, *, exact: bool = False) -> _Restore:
-    """Run this thread's (context's) later calls on at most ``threads`` CPU threads (``exact``: on exactly
-    ``threads``, however small the call, as the determinism checker runs them); as a context manager,
-    restore the previous setting on exit."""
-    return _Restore((check_threads(threads), bool(exact)))
-
-
-def get_num_threads() -> int:
-    """The most CPU threads this thread's (context's) calls run on."""
-    return _threads.get()[0]
-
 
 def threads_for(nbytes: int, per_thread: int = BYTES_PER_THREAD) -> int:
     """The threads a call touching ``nbytes`` uses: one per ``per_thread`` bytes, at least one, at most
-    :func:`get_num_threads` (exactly that many when it was set ``exact``)."""
-    threads, exact = _threads.get()
+    ``get_num_threads()`` (exactly that many when it was set ``exact``)."""
+    threads, exact = THREADS.get()
     return threads if exact else max(1, min(threads, nbytes // per_thread))
 
 
@@ -99,17 +58,21 @@ def thread_spans(work, threads: int) -> np.ndarray:
 
 def plan_spans(plan: tiling.Plan, work, nbytes: int, per_thread: int = BYTES_PER_THREAD) -> tuple:
     """The runs of :func:`thread_spans` of ``work()`` (``launch.runs_of``) for the threads a call of ``nbytes``
-    uses, kept per plan and count: what ``launch`` takes.
+    uses (:func:`threads_for`), kept per plan and count (``derived``): what ``launch`` takes.
 
     ``work()`` gives the cores' work, (cores,), or a tuple of such rows, one a phase, for a plan whose phases
     each spread over their own items (cores, or a phase's groups of cores; then a tuple of runs a phase).
     It is a callable so that it runs once per plan and thread count, not per call."""
-    threads = threads_for(nbytes, per_thread)
-
-    def spans() -> tuple:
-        table = work()
-        if isinstance(table, tuple):
-            return tuple(runs_of(thread_spans(row, threads)) for row in table)
-        return runs_of(thread_spans(table, threads))
-
-    return plan.memo(("thread_spans", threads), spans)
+    threads, exact = THREADS.get()
+    if not exact:
+        threads = max(1, min(threads, nbytes // per_thread))
+    table = derived(plan, "thread_spans", dict)
+    runs = table.get(threads)
+    if runs is None:
+        rows = work()
+        if isinstance(rows, tuple):
+            runs = tuple(runs_of(thread_spans(row, threads)) for row in rows)
+        else:
+            runs = runs_of(thread_spans(rows, threads))
+        table[threads] = runs
+    return runs

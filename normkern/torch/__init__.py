@@ -17,19 +17,19 @@ try:
 except ImportError as exc:  # pragma: no cover - the [torch] extra is missing
     raise ImportError("normkern.torch needs PyTorch: pip install 'normkern[torch]'") from exc
 
-from .. import _registry, runtime
+from .. import registry, runtime
 from ._contract import NotSupportedError
 from ._tensors import tensor_op, to_numpy, to_tensor
 from ._threads import set_threads_per_rank, threads_for
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from .groupnorm import GroupNorm
 
-globals().update({_name: tensor_op(_name) for _name in _registry.names()})
+globals().update({_name: tensor_op(_name) for _name in registry.names()})
 
 # normkern's kernels run on PyTorch's own OpenMP threads, which spin after each of its ops (normkern/runtime).
 runtime.join_openmp_team(_torch.get_num_threads)
 
 __all__ = [
-    *_registry.names(), "SyncBatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",
+    *registry.names(), "SyncBatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm",
     "set_threads_per_rank", "threads_for", "tensor_op", "to_numpy", "to_tensor", "NotSupportedError",
 ]

@@ -15,9 +15,9 @@ import functools
 import numpy as np
 import torch
 
-from .. import _registry
-from .._dtypes import bfloat16
+from .. import registry
 from ..errors import InvalidParameterError
+from ..kernels.dtypes import bfloat16
 
 
 def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
@@ -44,13 +44,20 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
+#: Argument types that pass through unchanged (the scalars and flags the ops take).
+_PLAIN = frozenset((float, int, bool, str, type(None)))
+
+
 def _convert_in(value, op, name, originals, outputs=False):
     """``value`` with its tensors as arrays, each remembered in ``originals``; ``name`` is the parameter's
     name, or an int: the position of a positional argument (its name made only for an error)."""
     if isinstance(value, torch.Tensor):
-        if not outputs and value.dim() >= 2:
-            value = value.contiguous()  # the tensor itself when it already is
-        array = to_numpy(value, op, name)
+        if not outputs and not value.is_contiguous() and value.dim() >= 2:
+            value = value.contiguous()  # a strided vector stays a view: the op may update it in place
+        try:  # a plain CPU tensor; numpy() refuses the others (conj or neg bit, bfloat16, device)
+            array = (value.detach() if value.requires_grad else value).numpy()
+        except (RuntimeError, TypeError):
+            array = to_numpy(value, op, name)
         originals[id(array)] = value
         return array
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
@@ -59,27 +66,35 @@ def _convert_in(value, op, name, originals, outputs=False):
 
 
 def _convert_out(value, originals):
+    """The op's result with its arrays as tensors: the tensor an array came from, else a new one over it."""
+    if type(value) is tuple:
+        results = []
+        for v in value:
+            if type(v) is np.ndarray:
+                original = originals.get(id(v))
+                v = original if original is not None else to_tensor(v)
+            results.append(v)
+        return tuple(results)
     if type(value) is np.ndarray:
         original = originals.get(id(value))
         return original if original is not None else to_tensor(value)
-    if type(value) is tuple:
-        return tuple(_convert_out(v, originals) for v in value)
     return value
 
 
 def tensor_op(op: str):
     """``normkern.<op>`` on tensors: tensor arguments as views, outputs as tensors; an ``out=`` tensor (or
     an updated running statistic) is returned as the very tensor passed. A call that repeats an earlier
-    call's signature takes the op's lean path (``normkern._executor.pythonic``), as on arrays."""
-    function = _registry.get(op, "normkern.torch").function
+    call's signature takes the op's signature cache (``normkern.runtime.calls``), as on arrays."""
+    function = registry.get(op, "normkern.torch").function
 
     @functools.wraps(function)
     def call(*args, **kwargs):
         originals: dict[int, torch.Tensor] = {}
-        np_args = [_convert_in(a, op, i, originals) for i, a in enumerate(args)]
+        args = [a if type(a) in _PLAIN else _convert_in(a, op, i, originals) for i, a in enumerate(args)]
         if kwargs:
-            kwargs = {k: _convert_in(v, op, k, originals, outputs=k == "out") for k, v in kwargs.items()}
-        return _convert_out(function(*np_args, **kwargs), originals)
+            kwargs = {k: v if type(v) in _PLAIN else _convert_in(v, op, k, originals, outputs=k == "out")
+                      for k, v in kwargs.items()}
+        return _convert_out(function(*args, **kwargs), originals)
 
     call.__doc__ = f"``normkern.{op}`` on CPU tensors (any dtype it takes; bfloat16 included).\n\n" + (
         function.__doc__ or "")

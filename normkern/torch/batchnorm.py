@@ -18,14 +18,14 @@ differentiates torch's formulas (``_autograd``).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from . import _contract, _layout, _threads
+from . import _contract, _layout, _steps, _threads
 from ._autograd import differentiable_backward, first_order_only
+from ._steps import BatchNormStep, array, channel_grad, input_grad_tensor, output_tensor
 from ._tensors import tensor_op, to_numpy
 
 _stats = tensor_op("batch_norm_stats")
@@ -111,51 +111,32 @@ def _as(param, like):
 
 
 class _BatchNormEvalFunction(torch.autograd.Function):
-    """Normalization with the running statistics: ``batch_norm_elemt`` forward, ``invstd = 1/sqrt(running_var +
-    eps)``; backward ``grad_input = dy * invstd * weight`` (elemt again) and the two sums of
-    ``batch_norm_backward_reduce``."""
+    """Normalization with the running statistics (a bound step's ``eval_forward``); backward ``grad_input = dy *
+    invstd * weight`` and the two sums of ``batch_norm_backward_reduce``."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, running_mean, running_var, eps, soc):
-        mean = running_mean.detach().to(F32)
-        invstd = torch.rsqrt(running_var.detach().to(F32) + eps)
-        ctx.save_for_backward(input, weight, bias, mean, invstd)
-        ctx.running, ctx.eps, ctx.soc = (running_mean, running_var), eps, soc
-        output = _elemt(_layout.contiguous(input), _as(weight, mean), _as(bias, mean), mean, invstd, eps, soc=soc)
-        return _layout.as_output(output, input)
+    def forward(ctx, input, weight, bias, step, x, mean, invstd):
+        ctx.save_for_backward(input, weight, bias)
+        ctx.step, ctx.arrays = step, (x, mean, invstd)
+        return output_tensor(step.eval_forward(x, mean, invstd), input)
 
     @staticmethod
     def backward(ctx, grad_output):
-        input, weight, bias, mean, invstd = ctx.saved_tensors
+        input, weight, bias = ctx.saved_tensors
+        step = ctx.step
         if torch.is_grad_enabled():
-            (running_mean, running_var), eps = ctx.running, ctx.eps
+            running_mean, running_var, eps = step.running_mean, step.running_var, step.eps
             grads = differentiable_backward(
                 ctx, grad_output, lambda x, w, b: F.batch_norm(x, running_mean, running_var, w, b, False, 0.0, eps),
                 (input, weight, bias))
             return (*grads, None, None, None, None)
-        need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
-        grad_input = grad_weight = grad_bias = None
-        dy = _layout.contiguous(grad_output)
-        if need_input:
-            grad_input = _layout.as_input_grad(
-                _elemt(dy, _as(weight, mean), None, torch.zeros_like(mean), invstd, ctx.eps, soc=ctx.soc), input)
-        if weight is not None and (need_weight or need_bias):
-            _, _, grad_weight, grad_bias = _reduce(dy, _layout.contiguous(input), mean, invstd, None, False,
-                                                   need_weight, need_bias, soc=ctx.soc)
-            grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
-            grad_bias = None if grad_bias is None else grad_bias.to(weight.dtype)
-        return grad_input, grad_weight, grad_bias, None, None, None, None
-
-
-def _eval_or_torch(module, input, call: _contract.BatchNormCall, factor: float):
-    """The output where a layer's call needs no training kernel (eval mode, or torch's own function), else None."""
-    if call.torch_function:
-        return F.batch_norm(input, call.running_mean, call.running_var, module.weight, module.bias, call.training,
-                            factor, module.eps)
-    if not call.training:
-        return _BatchNormEvalFunction.apply(input, module.weight, module.bias, call.running_mean, call.running_var,
-                                            module.eps, module.soc)
-    return None
+        need = ctx.needs_input_grad
+        x, mean, invstd = ctx.arrays
+        grad_input, grad_weight, grad_bias = step.eval_backward(
+            array(_layout.contiguous(grad_output)), x, mean, invstd, (need[0], need[1], need[2]))
+        if grad_input is not None:
+            grad_input = input_grad_tensor(grad_input, input)
+        return grad_input, channel_grad(grad_weight, weight), channel_grad(grad_bias, weight), None, None, None, None
 
 
 class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -183,17 +164,16 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         if self.training and dist.is_available() and dist.is_initialized():
             group = self.process_group or dist.group.WORLD
             world_size = dist.get_world_size(group)
-        call = _contract.batch_norm(self, input, synchronized=world_size > 1)
+        if world_size == 1:  # no collective to join: the local batch norm's path
+            return _local_forward(self, input)
+        call = _contract.batch_norm(self, input, synchronized=True)
         factor = _contract.count_batch(self)
-        output = _eval_or_torch(self, input, call, factor)
-        if output is not None:
-            return output
-        if world_size == 1:  # no collective to join: the local batch norm's kernels
-            return _BatchNormTrainFunction.apply(input, self.weight, self.bias, call.running_mean, call.running_var,
-                                                 factor, self.eps, self.soc)
         _threads.share_cores(world_size)
         return _SyncBatchNormFunction.apply(input, self.weight, self.bias, call.running_mean, call.running_var,
                                             self.eps, factor, group, world_size, self.soc)
+
+    def __getstate__(self):
+        return _steps.without_steps(super().__getstate__())
 
     @classmethod
     def convert_sync_batchnorm(cls, module: nn.Module, process_group=None, *, soc="host") -> nn.Module:
@@ -219,59 +199,69 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         return output
 
 
-def _update_running(running_mean, running_var, mean, invstd, eps, factor, count) -> None:
-    """torch.nn's running statistics update from the batch's ``mean`` and ``invstd`` (float32):
-    ``running = running * (1 - factor) + batch * factor``, the variance unbiased (``* n / (n - 1)``). The batch
-    variance is ``1 / (invstd * invstd) - eps``, as PyTorch's SyncBatchNorm derives it (docs/torch.md).
-    float32 buffers are updated in place through NumPy views (a few microseconds; the same operations as
-    torch's ops on C floats), others by torch's ops."""
-    keep, unbiased = 1.0 - factor, factor * count / (count - 1)
-    if running_mean.dtype == F32 and running_var.dtype == F32:
-        m, r = to_numpy(mean), to_numpy(invstd)
-        variance = np.reciprocal(r * r)
-        variance -= np.float32(eps)
-        for buffer, batch, weight in ((running_mean, m, factor), (running_var, variance, unbiased)):
-            view = buffer.detach().numpy()
-            view *= np.float32(keep)
-            view += batch * np.float32(weight)
-        return
-    with torch.no_grad():
-        variance = torch.reciprocal(invstd * invstd).sub_(eps)
-        running_mean.mul_(keep).add_(mean * factor)
-        running_var.mul_(keep).add_(variance * unbiased)
-
-
 class _BatchNormTrainFunction(torch.autograd.Function):
-    """Training with the batch's statistics on normkern's kernels: forward ``batch_norm_stats`` (the running
-    statistics updated as torch.nn does) and ``batch_norm_elemt``; backward ``fast_batch_norm_backward``."""
+    """Training with the batch's statistics on a bound step: forward ``batch_norm_stats`` (the running statistics
+    updated as torch.nn does) and ``batch_norm_elemt``; backward ``fast_batch_norm_backward``."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, running_mean, running_var, factor, eps, soc):
-        x = _layout.contiguous(input)
-        save_mean, save_invstd = _stats(x, eps, soc=soc)
-        if running_mean is not None:
-            _update_running(running_mean, running_var, save_mean, save_invstd, eps, factor,
-                            input.numel() // input.shape[1])
-        output = _elemt(x, _as(weight, save_mean), _as(bias, save_mean), save_mean, save_invstd, eps, soc=soc)
-        ctx.save_for_backward(input, weight, bias, save_mean, save_invstd)
-        ctx.eps, ctx.soc = eps, soc
-        return _layout.as_output(output, input)
+    def forward(ctx, input, weight, bias, step, x, factor):
+        output, mean, invstd = step.train_forward(x, factor)
+        ctx.save_for_backward(input, weight, bias)
+        ctx.step, ctx.arrays = step, (x, mean, invstd)
+        return output_tensor(output, input)
 
     @staticmethod
     def backward(ctx, grad_output):
-        input, weight, bias, save_mean, save_invstd = ctx.saved_tensors
+        input, weight, bias = ctx.saved_tensors
+        step = ctx.step
         if torch.is_grad_enabled():
-            grads = differentiable_backward(ctx, grad_output, _training_batch_norm(ctx.eps), (input, weight, bias))
-            return (*grads, None, None, None, None, None)
+            grads = differentiable_backward(ctx, grad_output, _training_batch_norm(step.eps), (input, weight, bias))
+            return (*grads, None, None, None)
         need = ctx.needs_input_grad
         mask = (bool(need[0]), bool(need[1]) and weight is not None, bool(need[2]) and weight is not None)
-        grad_input, grad_weight, grad_bias = _fast_backward(
-            _layout.contiguous(grad_output), _layout.contiguous(input),
-            None if weight is None else weight.detach(), None, None, save_mean, save_invstd, True,
-            ctx.eps, mask, soc=ctx.soc)
+        x, mean, invstd = ctx.arrays
+        grad_input, grad_weight, grad_bias = step.train_backward(array(_layout.contiguous(grad_output)), x, mean,
+                                                                 invstd, mask)
         if grad_input is not None:
-            grad_input = _layout.as_input_grad(grad_input, input)
-        return grad_input, grad_weight, grad_bias, None, None, None, None, None
+            grad_input = input_grad_tensor(grad_input, input)
+        return grad_input, channel_grad(grad_weight, weight), channel_grad(grad_bias, weight), None, None, None
+
+
+def _local_forward(module, input: torch.Tensor, synchronized_world: bool = False) -> torch.Tensor:
+    """A local batch norm call (every layer but a SyncBatchNorm of a group of two or more ranks): on a step bound
+    to the call's signature, made by the full checks on a new one; torch's own function for an empty batch, a
+    torch.func transform, or a single running statistic."""
+    parameters, buffers = module._parameters, module._buffers
+    weight, bias = parameters["weight"], parameters["bias"]
+    running_mean, running_var = buffers["running_mean"], buffers["running_var"]
+    training = module.training or (running_mean is None and running_var is None)
+    # under a torch.func transform the tensors may have no storage (and torch's function answers): no key
+    key = None if _contract.transform_active() else _steps.batch_norm_key(
+        module, input, training, (weight, bias, running_mean, running_var, buffers["num_batches_tracked"]))
+    step = None if key is None else _steps.steps_of(module).get(key)
+    if step is None:
+        call = _contract.batch_norm(module, input)
+        factor = _contract.count_batch(module)
+        if call.torch_function:
+            return F.batch_norm(input, call.running_mean, call.running_var, weight, bias, call.training, factor,
+                                module.eps)
+        step = _steps.keep(module, key, BatchNormStep(module, input, call))
+    else:
+        factor = step.count_batch()
+    x = array(_layout.contiguous(input))
+    grad = torch.is_grad_enabled() and (input.requires_grad or _requires_grad(weight) or _requires_grad(bias))
+    if step.training:
+        if grad:
+            return _BatchNormTrainFunction.apply(input, weight, bias, step, x, factor)
+        return output_tensor(step.train_forward(x, factor)[0], input)
+    mean, invstd = step.eval_statistics()
+    if grad:
+        return _BatchNormEvalFunction.apply(input, weight, bias, step, x, mean, invstd)
+    return output_tensor(step.eval_forward(x, mean, invstd), input)
+
+
+def _requires_grad(tensor) -> bool:
+    return tensor is not None and tensor.requires_grad
 
 
 class _LocalBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -284,13 +274,10 @@ class _LocalBatchNorm(nn.modules.batchnorm._BatchNorm):
     @torch.compiler.disable
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
-        call = _contract.batch_norm(self, input)
-        factor = _contract.count_batch(self)
-        output = _eval_or_torch(self, input, call, factor)
-        if output is not None:
-            return output
-        return _BatchNormTrainFunction.apply(input, self.weight, self.bias, call.running_mean, call.running_var,
-                                             factor, self.eps, self.soc)
+        return _local_forward(self, input)
+
+    def __getstate__(self):
+        return _steps.without_steps(super().__getstate__())
 
 
 class BatchNorm1d(_LocalBatchNorm, nn.BatchNorm1d):

@@ -10,53 +10,43 @@ builds a graph differentiates torch's formulas (``_autograd``).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _contract, _layout
+from . import _contract, _layout, _steps
 from ._autograd import differentiable_backward
-from ._tensors import tensor_op
-
-_group_norm_backward = tensor_op("group_norm_backward")
+from ._steps import GroupNormStep, array, channel_grad, input_grad_tensor
 
 
 class _GroupNormFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, input, weight, bias, groups, eps, soc):
-        n, c = input.shape[:2]
-        hxw = math.prod(input.shape[2:])
+    def forward(ctx, input, weight, bias, step):
+        n, c, hxw, groups = step.shape
         x = input.contiguous(memory_format=_layout.suggested_format(input))
         output, mean, rstd = torch.native_group_norm(
             x, None if weight is None else weight.contiguous(), None if bias is None else bias.contiguous(),
-            n, c, hxw, groups, eps)
+            n, c, hxw, groups, step.eps)
         ctx.save_for_backward(input, weight, bias, mean, rstd)
-        ctx.shape, ctx.eps, ctx.soc = (n, c, hxw, groups), eps, soc
+        ctx.step = step
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
         input, weight, bias, mean, rstd = ctx.saved_tensors
-        n, c, hxw, groups = ctx.shape
+        step = ctx.step
         if torch.is_grad_enabled():
-            eps = ctx.eps
+            groups, eps = step.shape[3], step.eps
             grads = differentiable_backward(ctx, grad_output, lambda x, w, b: F.group_norm(x, groups, w, b, eps),
                                             (input, weight, bias))
-            return (*grads, None, None, None)
+            return (*grads, None)
         need = ctx.needs_input_grad
         mask = (bool(need[0]), bool(need[1]) and weight is not None, bool(need[2]) and bias is not None)
-        gamma = None if weight is None else weight.detach().to(mean.dtype)
-        grad_input, grad_gamma, grad_beta = _group_norm_backward(
-            _layout.contiguous(grad_output), _layout.contiguous(input), mean, rstd, gamma, n, c, hxw,
-            groups, mask, soc=ctx.soc)
+        grad_input, grad_gamma, grad_beta = step.backward(
+            array(_layout.contiguous(grad_output)), array(_layout.contiguous(input)), array(mean), array(rstd), mask)
         if grad_input is not None:
-            grad_input = _layout.as_input_grad(grad_input, input)
-        if weight is not None:
-            grad_gamma = None if grad_gamma is None else grad_gamma.to(weight.dtype)
-            grad_beta = None if grad_beta is None else grad_beta.to(weight.dtype)
-        return grad_input, grad_gamma, grad_beta, None, None, None
+            grad_input = input_grad_tensor(grad_input, input)
+        return grad_input, channel_grad(grad_gamma, weight), channel_grad(grad_beta, weight), None
 
 
 class GroupNorm(nn.GroupNorm):
@@ -70,6 +60,16 @@ class GroupNorm(nn.GroupNorm):
 
     @torch.compiler.disable
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if _contract.group_norm(self, input):
-            return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
-        return _GroupNormFunction.apply(input, self.weight, self.bias, self.num_groups, self.eps, self.soc)
+        parameters = self._parameters
+        weight, bias = parameters["weight"], parameters["bias"]
+        # under a torch.func transform the tensors may have no storage (and torch's function answers): no key
+        key = None if _contract.transform_active() else _steps.group_norm_key(self, input, weight, bias)
+        step = None if key is None else _steps.steps_of(self).get(key)
+        if step is None:
+            if _contract.group_norm(self, input):
+                return F.group_norm(input, self.num_groups, weight, bias, self.eps)
+            step = _steps.keep(self, key, GroupNormStep(self, input))
+        return _GroupNormFunction.apply(input, weight, bias, step)
+
+    def __getstate__(self):
+        return _steps.without_steps(super().__getstate__())

@@ -17,7 +17,7 @@ _SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     from normkern.runtime import cache as _cache
-    from normkern._lanes import fold_halves
+    from normkern.kernels.lanes import fold_halves
 
     if sys.argv[1] != "same":
         _cache.DIGEST = sys.argv[1]  # as if a helper's source had changed
@@ -66,15 +66,24 @@ def test_every_kernel_has_the_same_cache_key_in_every_process():
 
 
 def test_every_helper_a_kernel_compiles_in_is_in_the_key():
-    """A helper module imported by a kernel module (``from ..._x import``) is part of the digest."""
+    """A module a kernel module compiles in (``from ...kernels.x import``, or an op's own ``from .rows import``)
+    is part of the digest, and so is every module those import in turn."""
     root = Path(normkern.__file__).parent
     imported = set()
-    for kernel in root.glob("ops/*/kernel.py"):
-        imported |= set(re.findall(r"^from \.\.\.(_\w+) import", kernel.read_text(), re.MULTILINE))
+    for kernel in root.glob("ops/*/kernel*.py"):
+        text = kernel.read_text()
+        imported |= {f"kernels/{m}.py" for m in re.findall(r"^from \.\.\.kernels\.(\w+) import", text, re.MULTILINE)}
+        own = re.findall(r"^from \.(\w+) import", text, re.MULTILINE)
+        imported |= {f"ops/{kernel.parent.name}/{m}.py" for m in own}
     for helper in _cache.HELPER_MODULES:
-        imported |= set(re.findall(r"^from \.(_\w+) import", (root / helper).read_text(), re.MULTILINE))
-    assert "_streaming" in imported and "_lanes" in imported
-    assert {name + ".py" for name in imported} <= set(_cache.HELPER_MODULES)
+        folder = str(Path(helper).parent)
+        imported |= {f"{folder}/{m}.py" for m in re.findall(r"^from \.(\w+) import", (root / helper).read_text(),
+                                                             re.MULTILINE)}
+        imported |= {f"kernels/{m}.py" for m in re.findall(r"^from \.\.\.kernels\.(\w+) import",
+                                                           (root / helper).read_text(), re.MULTILINE)}
+    assert {"kernels/streaming.py", "kernels/lanes.py", "kernels/planes.py", "ops/fast_batch_norm_backward/rows.py"} \
+        <= imported
+    assert imported <= set(_cache.HELPER_MODULES)
 
 
 def test_an_edited_helper_misses_the_cache_and_recompiles(tmp_path):

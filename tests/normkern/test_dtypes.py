@@ -8,7 +8,7 @@ import textwrap
 import ml_dtypes
 import numpy as np
 
-from normkern._dtypes import dtype_name, kernel_view
+from normkern.kernels.dtypes import dtype_name, kernel_view
 
 
 def test_import_leaves_ml_dtypes_alone_and_a_bfloat16_array_still_runs():

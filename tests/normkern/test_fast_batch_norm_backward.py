@@ -158,7 +158,7 @@ PLANE_CASES = [
 @pytest.mark.parametrize("shape, why", PLANE_CASES, ids=[c[1] for c in PLANE_CASES])
 def test_host_plane_passes_equal_the_simulator(shape, why, dtype, training):
     plan, inputs, got, expected = run_both(shape, dtype, "host", training, seed=sum(shape))
-    args = plan.cached_kernel_args()
+    args = plan.kernel_args()
     assert args.split_hw == 1 and args.hw_blocks == 1 and args.fold_len == plan.b1_align, plan
     for name, a, b in zip(("grad_input", "grad_weight", "grad_bias"), got, expected, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, plan)

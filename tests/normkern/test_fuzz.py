@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import normkern
-from normkern import _registry
+from normkern import registry as _registry
 from normkern.examples import example_inputs
 from tests.tolerances import TOLERANCE
 

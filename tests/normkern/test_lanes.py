@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from normkern import _simulate
-from normkern._dtypes import kernel_view
-from normkern._lanes import (
+from normkern.kernels import simulate as _simulate
+from normkern.kernels.dtypes import kernel_view
+from normkern.kernels.lanes import (
     accumulate,
     accumulate_sqdev,
     fold,
@@ -26,7 +26,7 @@ from normkern._lanes import (
     short_row_sums_256,
     short_row_width,
 )
-from normkern._views import row_view
+from normkern.kernels.views import row_view
 
 
 @njit
@@ -145,7 +145,7 @@ def test_bounds_checked_build_refuses_a_fold_of_a_short_buffer(tmp_path):
     script = textwrap.dedent("""
         import numpy as np
         from numba import njit
-        from normkern._lanes import fold, fold_halves
+        from normkern.kernels.lanes import fold, fold_halves
 
         @njit
         def lanes_sum(buf):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import normkern
-from normkern import _registry, aclnn
+from normkern import aclnn
+from normkern import registry as _registry
 from normkern.examples import example_inputs
 
 RECORDS = _registry.records()
@@ -199,7 +200,7 @@ def test_only_a_repeatable_executor_takes_new_tensors():
     assert aclnn.aclSetAclOpExecutorRepeatable(None) == 561103
 
 
-# -- the lean path: an op's repeated calls run as prepared calls of the first (``_executor.pythonic``) --
+# -- the signature cache: an op's repeated calls run the Bound call of the first (``runtime.calls``) --
 
 
 _LEAN_CASES = [(record, soc, strategy) for record in RECORDS
@@ -210,16 +211,15 @@ _LEAN_CASES = [(record, soc, strategy) for record in RECORDS
 @pytest.mark.parametrize("record, soc, strategy", _LEAN_CASES,
                          ids=[f"{r.name}-{soc}-{strategy}" for r, soc, strategy in _LEAN_CASES])
 def test_repeated_calls_run_as_prepared_calls_with_the_full_paths_bits(record, soc, strategy):
-    record.function.forget_repeated()
+    record.signatures.clear()
     for seed in range(4):
         kw = _example(record, seed=seed)
         full = _copy(kw)
-        want = _results(record, record.function.bind(**full, soc=soc, strategy=strategy, arrival_seed=7)
-                        .run_private(), full)
+        want = _results(record, record.bind(**full, soc=soc, strategy=strategy, arrival_seed=7).run(), full)
         lean = _copy(kw)
         got = _results(record, record.function(**lean, soc=soc, strategy=strategy, arrival_seed=7), lean)
         assert all((g is None and w is None) or _same_bits(g, w) for g, w in zip(got, want, strict=True))
-        assert len(record.function.repeated) == (seed >= 1)  # prepared at the second call, then reused
+        assert len(record.signatures) == 1  # bound at the first call, then reused
 
 
 def test_a_repeated_call_is_checked_for_overlaps_and_a_refused_one_writes_nothing():
@@ -227,7 +227,7 @@ def test_a_repeated_call_is_checked_for_overlaps_and_a_refused_one_writes_nothin
     x = rng.standard_normal((4, 3, 5)).astype(np.float32)
     for _ in range(3):
         normkern.batch_norm_stats(x, 1e-5, out=(np.empty(3, np.float32), np.empty(3, np.float32)), soc="host")
-    assert normkern.batch_norm_stats.repeated
+    assert len(_registry.get("batch_norm_stats").signatures)
     before = x.copy()
     inside = x.reshape(-1)[:3]  # the same shape, dtype and strides as a fresh output: the same call signature
     with pytest.raises(normkern.InvalidParameterError, match=r"mean must be input itself \(in place\) or not "
@@ -239,23 +239,23 @@ def test_a_repeated_call_is_checked_for_overlaps_and_a_refused_one_writes_nothin
 def test_a_call_that_differs_in_layout_setting_or_value_takes_the_full_path():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 6, 5)).astype(np.float32)
-    op = normkern.batch_norm_stats
-    op.forget_repeated()
+    op, record = normkern.batch_norm_stats, _registry.get("batch_norm_stats")
+    record.signatures.clear()
     for _ in range(2):
         op(x, 1e-5, soc="host")
-    assert len(op.repeated) == 1
+    assert len(record.signatures) == 1
     with normkern.set_default_soc("Ascend910B2"):
         a2 = [op(x, 1e-5), op(x, 1e-5)]
     host = op(x, 1e-5, soc="host")
-    assert len(op.repeated) == 2  # one per (signature, default SoC)
-    want_a2 = op.bind(x, 1e-5, soc="Ascend910B2").run_private()
-    want_host = op.bind(x, 1e-5, soc="host").run_private()
+    assert len(record.signatures) == 2  # one per (signature, default SoC)
+    want_a2 = record.bind(x, 1e-5, soc="Ascend910B2").run()
+    want_host = record.bind(x, 1e-5, soc="host").run()
     assert all(_same_bits(g, w) for got in a2 for g, w in zip(got, want_a2, strict=True))
     assert all(_same_bits(g, w) for g, w in zip(host, want_host, strict=True))
     strided = x[:, ::2]
     for _ in range(3):
         got = op(strided, 1e-5, soc="host")
-    assert all(_same_bits(g, w) for g, w in zip(got, op.bind(strided, 1e-5, soc="host").run_private(), strict=True))
+    assert all(_same_bits(g, w) for g, w in zip(got, record.bind(strided, 1e-5, soc="host").run(), strict=True))
     read_only = np.empty(3, np.float32)
     read_only.flags.writeable = False
     with pytest.raises(normkern.InvalidParameterError, match="mean must be writeable"):

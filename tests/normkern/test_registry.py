@@ -7,7 +7,8 @@ import pytest
 
 import normkern
 import tiling
-from normkern import _registry, aclnn
+from normkern import aclnn
+from normkern import registry as _registry
 from normkern.examples import example_inputs
 
 RECORDS = _registry.records()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import normkern
-from normkern import _registry, aclnn
+from normkern import aclnn
+from normkern import registry as _registry
 from normkern.examples import example_inputs
 
 RECORDS = _registry.records()

@@ -7,6 +7,7 @@ import pytest
 import normkern
 import tiling
 from normkern import aclnn
+from normkern.kernels.dtypes import bfloat16
 from normkern.ops import batch_norm_backward_elemt as belemt
 from normkern.ops import batch_norm_backward_reduce as breduce
 from normkern.ops import batch_norm_elemt as elemt
@@ -254,7 +255,7 @@ H3 = np.ones(3, np.float16)
     (lambda: aclnn.aclnnBatchNormElemtGetWorkspaceSize(X, None, None, C3, C3, 1e-5, X.copy(), soc="Ascend950"),
      561003, "[batch_norm_elemt] soc must support aclnnBatchNormElemt (CANN has no kernel for Ascend "
      "950PR/950DT), got Ascend950"),
-    (lambda: aclnn.aclnnBatchNormElemtGetWorkspaceSize(X.astype(normkern._dtypes.bfloat16()), None, None, C3, C3,
+    (lambda: aclnn.aclnnBatchNormElemtGetWorkspaceSize(X.astype(bfloat16()), None, None, C3, C3,
                                                        1e-5, X, soc="Ascend910"), 161002,
      "[batch_norm_elemt] input dtype must be one of float32, float16 on Ascend910, got bfloat16"),
     # BatchNormReduceBackward: null inputs, then null outputs the masks ask for (161001)
@@ -309,8 +310,8 @@ H3 = np.ones(3, np.float16)
      161002, "[batch_norm_backward_elemt] sumDy shape must be (C,) = (3,), got (1,)"),
     # the arch35 tiling takes float32 statistics only beside float16 data (its unit test dtype_not_equal)
     (lambda: aclnn.aclnnBatchNormElemtBackwardGetWorkspaceSize(
-        X.astype(normkern._dtypes.bfloat16()), X.astype(normkern._dtypes.bfloat16()), C3, C3, None, C3, C3, C3,
-        X.astype(normkern._dtypes.bfloat16()), soc="Ascend950"), 561002,
+        X.astype(bfloat16()), X.astype(bfloat16()), C3, C3, None, C3, C3, C3,
+        X.astype(bfloat16()), soc="Ascend950"), 561002,
      "[batch_norm_backward_elemt] stats dtype must equal the input's (bfloat16) on Ascend950 unless the input is "
      "float16 (SyncBatchNormBackwardElemt tiling), got float32"),
 ])

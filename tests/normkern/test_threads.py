@@ -29,7 +29,7 @@ def test_the_a2_batch_norm_stats_split_is_balanced():
     # 64x128x56x56 on the A2 plan: 32 cores of 3 channels, 16 of 2. prange over the 48 cores gave the
     # first thread 24 cores (72 channels) and the second 24 (56); the spans give 63 and 65.
     plan = tiling.plan_batch_norm_stats((64, 128, 56, 56), "float32", "Ascend910B2")
-    work = plan.cached_kernel_args().core_count
+    work = plan.kernel_args().core_count
     spans = _threads.thread_spans(work, 2)
     assert [int(work[spans[t]:spans[t + 1]].sum()) for t in range(2)] == [63, 65]
     assert list(_threads.thread_spans([1] * 7, 3)) == [0, 2, 5, 7]
@@ -39,9 +39,9 @@ def test_the_a2_batch_norm_stats_split_is_balanced():
 def test_spans_are_kept_per_plan_and_thread_count(threads):
     plan = tiling.plan_batch_norm_stats((8, 64, 4, 4), "float32", "Ascend910B2")
     threads(1)
-    one = _threads.plan_spans(plan, lambda: plan.cached_kernel_args().core_count, 1 << 30)
+    one = _threads.plan_spans(plan, lambda: plan.kernel_args().core_count, 1 << 30)
     threads(2)
-    two = _threads.plan_spans(plan, lambda: plan.cached_kernel_args().core_count, 1 << 30)
+    two = _threads.plan_spans(plan, lambda: plan.kernel_args().core_count, 1 << 30)
     assert one == ((0, plan.block_dim),) and len(two) == 2 and two[0][0] == 0 and two[-1][1] == plan.block_dim
     assert _threads.plan_spans(plan, lambda: None, 1 << 30) is two                # not recomputed
 

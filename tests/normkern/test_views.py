@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 from numba import njit
 
-from normkern._views import row_view
+from normkern.kernels.views import row_view
 
 
 @njit
@@ -41,7 +41,7 @@ def test_bounds_checked_build_refuses_a_range_past_the_array(tmp_path):
     script = textwrap.dedent("""
         import numpy as np
         from numba import njit
-        from normkern._views import row_view
+        from normkern.kernels.views import row_view
 
         @njit
         def total(arr, start, length):

@@ -156,7 +156,7 @@ def test_host_model_takes_short_planes_one_a_pass(shape, planes):
 
     assert HOST_PLANE_PASS_MAX == 1024
     plan = plan_fast_batch_norm_backward(shape, "float32", "host")
-    args = plan.cached_kernel_args()
+    args = plan.kernel_args()
     assert (plan.strategy.value == "split_load" and args.split_hw == 1 and args.hw_blocks == 1
             and args.fold_len == plan.b1_align) == planes, plan
     if planes:

@@ -7,7 +7,7 @@ import torch
 
 import normkern
 import normkern.torch as nt
-from normkern import _registry
+from normkern import registry as _registry
 from normkern.examples import example_inputs
 
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -87,11 +87,11 @@ def test_repeated_tensor_calls_take_the_lean_path_and_give_the_full_paths_bits(o
     record = _registry.get(op)
     shape = (6, 4) if record.shape_ranks == (2, 2) else (3, 5, 7)
     options = {o.dest: o.kwargs.get("default", True) for o in record.options}
-    record.function.forget_repeated()
+    record.signatures.clear()
     for seed in range(4):
         kw = example_inputs(op, shape, seed=seed, **options)
         full = _copy(kw)
-        outs = record.function.bind(**full, soc="host", arrival_seed=0).run_private()
+        outs = record.bind(**full, soc="host", arrival_seed=0).run()
         outs = (outs,) if len(record.outputs) == 1 else outs
         want = (*outs, *(full.get(name) for name in record.updated))
         tensors = _as_tensors(_copy(kw))
@@ -100,7 +100,7 @@ def test_repeated_tensor_calls_take_the_lean_path_and_give_the_full_paths_bits(o
         got = (*got, *(tensors.get(name) for name in record.updated))
         for a, b in zip(got, want, strict=True):
             assert (a is None and b is None) or np.array_equal(nt.to_numpy(a).view(np.uint8), b.view(np.uint8))
-        assert len(record.function.repeated) == (seed >= 1)  # prepared at the second call, then reused
+        assert len(record.signatures) == 1  # bound at the first call, then reused
 
 
 def _copy(kw):

@@ -10,9 +10,12 @@ import numpy as np
 import tiling
 from tiling import BatchNormElemtBackwardPlan, ElementwiseStrategy
 
-from ... import _config
-from ..._buffers import elementwise_output
-from ..._checks import (
+from ...errors import InvalidParameterError
+from ...kernels.dtypes import dtype_name, kernel_view
+from ...runtime import launch, plan_spans, settings
+from ...runtime.buffers import elementwise_output
+from ...runtime.calls import Signatures
+from ...runtime.checks import (
     check_array,
     check_arrival_seed,
     check_dtypes,
@@ -24,10 +27,8 @@ from ..._checks import (
     parse_strategy,
     planned,
 )
-from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor, pythonic
-from ...errors import InvalidParameterError
-from ...runtime import launch, plan_spans
+from ...runtime.derived import kernel_args
+from ...runtime.executor import Executor
 from . import kernel
 
 OP = "batch_norm_backward_elemt"
@@ -65,7 +66,7 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
     check_not_null(OP, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd),
                         ("sumDy", sum_dy), ("sumDyXmu", sum_dy_xmu), ("counter", counter))
                    + ((("gradInput", grad_input),) if output_required else ()))
-    spec = _config.resolve_soc(soc, OP)
+    spec = settings.resolve_soc(soc, OP)
     entry = check_supported(OP, spec)
     check_dtypes(OP, spec, entry, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd),
                                    ("weight", weight), ("sumDy", sum_dy), ("sumDyXmu", sum_dy_xmu)))
@@ -96,7 +97,7 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
         raise InvalidParameterError(OP, "gradInput", "must be writeable", "a read-only array")
     overlaps = check_overlaps(OP, (("gradInput", grad_input),), (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, ElementwiseStrategy, strategy)
-    _config.resolve_deterministic(deterministic, OP)
+    settings.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan = planned(OP, lambda: tiling.plan_batch_norm_backward_elemt(input.shape, data, spec, forced,
                                                                      stats_dtype=stats, devices=counter.size))
@@ -105,7 +106,7 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
         def compute(out):
             dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
             x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-            args = plan.cached_kernel_args()
+            args = kernel_args(plan)
             spans = plan_spans(plan, lambda: args.core_count, 3 * x.nbytes, THREAD_BYTES)
             launch(kernel.elemt_backward, spans, dy, x, args,
                    *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
@@ -117,7 +118,20 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
                                     ("counter", counter), ("gradInput", grad_input)), outputs=1, overlaps=overlaps)
 
 
-@pythonic
+_calls = Signatures()
+
+
+def bind(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, *, soc=None,
+         strategy=None, deterministic=None, arrival_seed=None, out=None) -> Executor:
+    """The first call of a signature of ``batch_norm_backward_elemt``: every check in the op_api order, the plan,
+    and the call's arrays bound (``normkern.prepare`` and the signature cache keep its Bound)."""
+    if out is not None:
+        check_array(OP, "out", out)
+    return prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, out, soc=soc,
+                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   output_required=False)
+
+
 def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, *, soc=None,
                               strategy=None, deterministic=None, arrival_seed=None, out=None) -> np.ndarray:
     """grad_input of a synchronized batch norm from the global per-channel sums.
@@ -128,11 +142,13 @@ def batch_norm_backward_elemt(grad_out, input, mean, invstd, weight, sum_dy, sum
     all-reduced outputs of ``batch_norm_backward_reduce``; ``weight`` may be None (ones). The output takes
     grad_out's dtype; ``out=`` is a preallocated array of its shape and dtype. Every plan is deterministic.
     """
-    if out is not None:
-        check_array(OP, "out", out)
-    return prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, out, soc=soc,
-                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                   output_required=False)
+    key, call = _calls.find(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, soc, strategy,
+                            deterministic, arrival_seed, out)
+    if call is None:
+        call = _calls.keep(key, bind(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, soc=soc,
+                                     strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                                     out=out))
+    return call(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, count, out)
 
 
 def bytes_moved(shape, dtype) -> int:

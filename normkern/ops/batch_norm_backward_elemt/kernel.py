@@ -1,14 +1,14 @@
-"""The BatchNormElemtBackward kernel: the walk of ``batch_norm_elemt.kernel`` over a plan's flat ranges,
+"""The BatchNormElemtBackward kernel: the walk of ``kernels.planes.plane_end`` over a plan's flat ranges,
 one fixed float32 expression per element."""
 
 from __future__ import annotations
 
 from numba import njit
 
-from ..._dtypes import from_f32, to_f32
-from ..._views import row_view
+from ...kernels.dtypes import from_f32, to_f32
+from ...kernels.planes import plane_end
+from ...kernels.views import row_view
 from ...runtime import body
-from ..batch_norm_elemt.kernel import plane_end
 
 
 @njit(cache=True, error_model="numpy")

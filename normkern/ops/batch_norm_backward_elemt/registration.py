@@ -6,9 +6,9 @@ import numpy as np
 
 import tiling
 
-from ..._registry import OpRecord, register
 from ...examples import activations, channel_statistics, gradients
-from .api import OP, batch_norm_backward_elemt, bytes_moved, prepare
+from ...registry import OpRecord, register
+from .api import OP, _calls, batch_norm_backward_elemt, bind, bytes_moved, prepare
 from .reference import batch_norm_backward_elemt_reference
 from .simulator import simulate
 
@@ -44,7 +44,7 @@ def _example(shape, dtype, rng, *, eps):
 
 
 RECORD = register(OpRecord(
-    name=OP, function=batch_norm_backward_elemt, aclnn_prepare=aclnn_get_workspace_size,
+    name=OP, function=batch_norm_backward_elemt, bind=bind, signatures=_calls, aclnn_prepare=aclnn_get_workspace_size,
     outputs=("grad_input",), strategies=tiling.ElementwiseStrategy,
     plan=_plan, plan_shape=tiling.plan_batch_norm_backward_elemt,
     simulate=lambda plan, kw: (simulate(plan, *(kw[n] for n in _NAMES)),),

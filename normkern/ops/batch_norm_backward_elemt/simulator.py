@@ -8,7 +8,7 @@ import numpy as np
 
 from tiling import BatchNormElemtBackwardPlan, ElementwiseStrategy
 
-from ..batch_norm_elemt.simulator import blocks
+from ...kernels.simulate import ub_blocks
 
 F32 = np.float32
 
@@ -30,7 +30,7 @@ def simulate(plan: BatchNormElemtBackwardPlan, dy, x, mean, invstd, weight, sum_
     m = np.asarray(mean).astype(F32)
     flat_dy = np.ascontiguousarray(dy).reshape(-1)
     flat_x = np.ascontiguousarray(x).reshape(-1)
-    for start, stop in blocks(plan):
+    for start, stop in ub_blocks(plan):
         ch = (np.arange(start, stop) // plan.hxw) % plan.c
         sub1 = flat_dy[start:stop].astype(F32) - mean_dy[ch]
         sub2 = flat_x[start:stop].astype(F32) - m[ch]

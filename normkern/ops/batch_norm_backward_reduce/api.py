@@ -9,9 +9,12 @@ import numpy as np
 import tiling
 from tiling import BatchNormReduceBackwardStrategy
 
-from ... import _config
-from ..._buffers import write_back
-from ..._checks import (
+from ...errors import InvalidParameterError
+from ...kernels.dtypes import dtype_name, kernel_view
+from ...runtime import launch, plan_spans, settings
+from ...runtime.buffers import arrival_order, write_back
+from ...runtime.calls import Signatures
+from ...runtime.checks import (
     check_arrival_seed,
     check_dtypes,
     check_not_null,
@@ -22,11 +25,8 @@ from ..._checks import (
     planned,
     unpack_out,
 )
-from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor, pythonic
-from ...errors import InvalidParameterError
-from ...runtime import launch, plan_spans
-from ..batch_norm_stats.api import arrival_order
+from ...runtime.derived import kernel_args
+from ...runtime.executor import Executor
 from . import kernel
 
 OP = "batch_norm_backward_reduce"
@@ -56,7 +56,7 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
     check_not_null(OP, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd)))
     if outputs_required:
         check_not_null(OP, tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted, strict=True) if w))
-    spec = _config.resolve_soc(soc, OP)
+    spec = settings.resolve_soc(soc, OP)
     entry = check_supported(OP, spec)
     check_dtypes(OP, spec, entry, (("gradOut", grad_out), ("input", input), ("mean", mean), ("invstd", invstd)))
     if grad_out.dtype != input.dtype:
@@ -83,7 +83,7 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
     live = tuple((n, o) for n, o, w in zip(OUTPUTS, outputs, wanted, strict=True) if w)
     overlaps = check_overlaps(OP, live, (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, BatchNormReduceBackwardStrategy, strategy)
-    want_deterministic = _config.resolve_deterministic(deterministic, OP)
+    want_deterministic = settings.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan = planned(OP, lambda: tiling.plan_batch_norm_backward_reduce(input.shape, dtype_name(input.dtype), spec,
                                                                       forced), want_deterministic)
@@ -106,7 +106,7 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
         x3 = kernel_view(np.ascontiguousarray(input)).reshape(plan.n, plan.c, plan.hxw)
         s_dy = np.empty(channels, F32)
         s_p = np.empty(channels, F32)
-        args = plan.cached_kernel_args()
+        args = kernel_args(plan)
         spans = plan_spans(plan, lambda: args.core_count, 2 * x3.nbytes, THREAD_BYTES)
         if plan.strategy is BatchNormReduceBackwardStrategy.SPLIT_C:
             launch(kernel.split_c, spans, dy3, x3, args, shift, s_dy, s_p)
@@ -122,7 +122,19 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
                     overlaps=overlaps)
 
 
-@pythonic
+_calls = Signatures()
+
+
+def bind(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *, soc=None,
+         strategy=None, deterministic=None, arrival_seed=None, out=None) -> Executor:
+    """The first call of a signature of ``batch_norm_backward_reduce``: every check in the op_api order, the plan,
+    and the call's arrays bound (``normkern.prepare`` and the signature cache keep its Bound)."""
+    targets = unpack_out(OP, out, "sum_dy, sum_dy_xmu, grad_weight, grad_bias")
+    return prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *targets, soc=soc,
+                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   outputs_required=out is not None)
+
+
 def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *, soc=None,
                                strategy=None, deterministic=None, arrival_seed=None, out=None):
     """Per-channel (axis 1) sums of a batch norm's backward: ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``.
@@ -134,10 +146,13 @@ def batch_norm_backward_reduce(grad_out, input, mean, invstd, weight, input_g, w
     form sum_dy_xmu as CANN does, ``sum(dy * x) - mean * sum_dy``; host plans sum ``dy * (x - mean)``.
     ``out=(sum_dy, sum_dy_xmu, grad_weight, grad_bias)`` preallocated (C,) arrays (None where masked).
     """
-    targets = unpack_out(OP, out, "sum_dy, sum_dy_xmu, grad_weight, grad_bias")
-    return prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, *targets, soc=soc,
-                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                   outputs_required=out is not None)
+    key, call = _calls.find(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, soc, strategy,
+                            deterministic, arrival_seed, out)
+    if call is None:
+        call = _calls.keep(key, bind(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, soc=soc,
+                                     strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                                     out=out))
+    return call(grad_out, input, mean, invstd, weight, *(out or (None, None, None, None)))
 
 
 def bytes_moved(shape, dtype) -> int:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._dtypes import to_f32
-from ..._lanes import LANES, fold
-from ..._views import row_view
+from ...kernels.dtypes import to_f32
+from ...kernels.lanes import LANES, fold
+from ...kernels.planes import combine_partials, plane_row
+from ...kernels.views import row_view
 from ...runtime import body
-from ..batch_norm_stats.kernel import _add_partials, _plane_row
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -71,7 +71,7 @@ def _channels_sums(dy, x, args, first_c, count_c, first_row, n_rows, shift, sum_
     for r in range(first_row, end):
         for k in range(count_c):
             c = first_c + k
-            _accumulate_products(lanes, k, _plane_row(dy, c, r, args), _plane_row(x, c, r, args), shift[c])
+            _accumulate_products(lanes, k, plane_row(dy, c, r, args), plane_row(x, c, r, args), shift[c])
         if (r + 1 - first_row) % args.rows_per_block == 0 or r + 1 == end:
             for k in range(count_c):
                 _fold_into(lanes, k, sum_dy, sum_p, first_c + k)
@@ -101,5 +101,5 @@ def split_r(dy, x, ws, args, shift, begin, end):
 @njit(cache=True, error_model="numpy")
 def add_partials(ws, args, order, sum_dy, sum_p):
     """The two sums' core partials added in ``order[0]`` and ``order[1]`` (core order, or arrival order)."""
-    _add_partials(ws, args.sum_offset, order[0], args.c, sum_dy)
-    _add_partials(ws, args.sqdev_offset, order[1], args.c, sum_p)
+    combine_partials(ws, args.sum_offset, order[0], args.c, sum_dy)
+    combine_partials(ws, args.sqdev_offset, order[1], args.c, sum_p)

@@ -6,9 +6,9 @@ import numpy as np
 
 import tiling
 
-from ..._registry import OpRecord, register
 from ...examples import activations, channel_statistics, gradients
-from .api import OP, arrival_order, batch_norm_backward_reduce, bytes_moved, prepare
+from ...registry import OpRecord, register
+from .api import OP, _calls, arrival_order, batch_norm_backward_reduce, bind, bytes_moved, prepare
 from .reference import batch_norm_backward_reduce_reference
 from .simulator import simulate
 
@@ -43,7 +43,7 @@ def _example(shape, dtype, rng, *, eps):
 
 
 RECORD = register(OpRecord(
-    name=OP, function=batch_norm_backward_reduce, aclnn_prepare=aclnn_get_workspace_size,
+    name=OP, function=batch_norm_backward_reduce, bind=bind, signatures=_calls, aclnn_prepare=aclnn_get_workspace_size,
     outputs=("sum_dy", "sum_dy_xmu", "grad_weight", "grad_bias"),
     strategies=tiling.BatchNormReduceBackwardStrategy,
     plan=_plan, plan_shape=tiling.plan_batch_norm_backward_reduce,

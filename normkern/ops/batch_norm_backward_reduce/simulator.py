@@ -11,7 +11,7 @@ import numpy as np
 
 from tiling import LANES, BatchNormReduceBackwardPlan, BatchNormReduceBackwardStrategy
 
-from ..batch_norm_stats.simulator import _fold, _lanes_add, _row
+from ...kernels.simulate import lanes_add, pairwise64, plane_row
 
 F32 = np.float32
 
@@ -22,12 +22,12 @@ def _sums(plan, dyc, xc, shift, first_row, n_rows):
     for block_start in range(first_row, first_row + n_rows, plan.rows_per_block):
         lanes[:] = 0
         for r in range(block_start, min(block_start + plan.rows_per_block, first_row + n_rows)):
-            n, start, length = _row(plan, r)
+            n, start, length = plane_row(plan, r)
             d = dyc[:, n, start:start + length]
-            _lanes_add(lanes[0], d)
-            _lanes_add(lanes[1], d * (xc[:, n, start:start + length] - shift[:, None]))
-        totals[0] += _fold(lanes[0])
-        totals[1] += _fold(lanes[1])
+            lanes_add(lanes[0], d)
+            lanes_add(lanes[1], d * (xc[:, n, start:start + length] - shift[:, None]))
+        totals[0] += pairwise64(lanes[0])
+        totals[1] += pairwise64(lanes[1])
     return totals
 
 

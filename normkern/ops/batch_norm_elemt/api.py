@@ -9,9 +9,12 @@ import numpy as np
 import tiling
 from tiling import BatchNormElemtPlan, ElementwiseStrategy
 
-from ... import _config
-from ..._buffers import elementwise_output
-from ..._checks import (
+from ...errors import InvalidParameterError
+from ...kernels.dtypes import dtype_name, kernel_view
+from ...runtime import launch, plan_spans, settings
+from ...runtime.buffers import elementwise_output
+from ...runtime.calls import Signatures
+from ...runtime.checks import (
     check_array,
     check_arrival_seed,
     check_dtypes,
@@ -24,10 +27,8 @@ from ..._checks import (
     parse_strategy,
     planned,
 )
-from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor, pythonic
-from ...errors import InvalidParameterError
-from ...runtime import launch, plan_spans
+from ...runtime.derived import kernel_args
+from ...runtime.executor import Executor
 from . import kernel
 
 OP = "batch_norm_elemt"
@@ -60,7 +61,7 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
     PARAM_INVALID, the doc says 161001), dtypes, shapes (161002). Elementwise: every plan is deterministic."""
     check_not_null(OP, (("input", input), ("mean", mean), ("invstd", invstd))
                    + ((("output", output),) if output_required else ()), error=InvalidParameterError)
-    spec = _config.resolve_soc(soc, OP)
+    spec = settings.resolve_soc(soc, OP)
     entry = check_supported(OP, spec)
     check_dtypes(OP, spec, entry, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
                                    ("invstd", invstd), ("output", output)))
@@ -83,24 +84,48 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
     overlaps = check_overlaps(OP, (("output", output),), (("input", input),))
     eps = check_real(OP, "eps", eps)
     forced = parse_strategy(OP, ElementwiseStrategy, strategy)
-    _config.resolve_deterministic(deterministic, OP)
+    settings.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan = planned(OP, lambda: tiling.plan_batch_norm_elemt(input.shape, data, spec, forced, stats_dtype=stats))
 
-    def run(workspace, input, weight, bias, mean, invstd, output):
-        def compute(out):
-            x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-            args = plan.cached_kernel_args()
-            launch(kernel.elemt, plan_spans(plan, lambda: args.core_count, 2 * x.nbytes, THREAD_BYTES), x, args,
-                   *channel_factors(plan, weight, bias, mean, invstd, eps), out)
+    if plan.strategy is ElementwiseStrategy.EMPTY:
+        def run(workspace, input, weight, bias, mean, invstd, output):
+            return elementwise_output(output, input, None)
 
-        return elementwise_output(output, input, None if plan.strategy is ElementwiseStrategy.EMPTY else compute)
+        return Executor(OP, plan, run, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
+                                        ("invstd", invstd), ("output", output)), outputs=1, overlaps=overlaps)
+    args = kernel_args(plan)
+    size = math.prod(input.shape)
+
+    def run(workspace, input, weight, bias, mean, invstd, output):
+        if output is None:  # a new output, C-contiguous: the kernel writes it directly
+            result = np.empty(input.shape, input.dtype)
+            compute(input, weight, bias, mean, invstd, kernel_view(result).reshape(size))
+            return result
+        return elementwise_output(output, input, lambda out: compute(input, weight, bias, mean, invstd, out))
+
+    def compute(input, weight, bias, mean, invstd, out):
+        x = kernel_view(np.ascontiguousarray(input)).reshape(size)
+        launch(kernel.elemt, plan_spans(plan, lambda: args.core_count, 2 * x.nbytes, THREAD_BYTES), x, args,
+               *channel_factors(plan, weight, bias, mean, invstd, eps), out)
 
     return Executor(OP, plan, run, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
                                     ("invstd", invstd), ("output", output)), outputs=1, overlaps=overlaps)
 
 
-@pythonic
+_calls = Signatures()
+
+
+def bind(input, weight, bias, mean, invstd, eps, *, soc=None, strategy=None, deterministic=None,
+         arrival_seed=None, out=None) -> Executor:
+    """The first call of a signature of ``batch_norm_elemt``: every check in the op_api order, the plan,
+    and the call's arrays bound (``normkern.prepare`` and the signature cache keep its Bound)."""
+    if out is not None:
+        check_array(OP, "out", out)
+    return prepare(input, weight, bias, mean, invstd, eps, out, soc=soc, strategy=strategy,
+                   deterministic=deterministic, arrival_seed=arrival_seed, output_required=False)
+
+
 def batch_norm_elemt(input, weight, bias, mean, invstd, eps, *, soc=None, strategy=None, deterministic=None,
                      arrival_seed=None, out=None) -> np.ndarray:
     """Batch norm with given statistics: ``(x - mean) * invstd * weight + bias`` per channel (axis 1).
@@ -112,10 +137,11 @@ def batch_norm_elemt(input, weight, bias, mean, invstd, eps, *, soc=None, strate
     ``host`` it is invstd itself, as ``torch.batch_norm_elemt`` (which ignores eps). ``out=`` is a
     preallocated array of the input's shape and dtype. Elementwise: every plan is deterministic.
     """
-    if out is not None:
-        check_array(OP, "out", out)
-    return prepare(input, weight, bias, mean, invstd, eps, out, soc=soc, strategy=strategy,
-                   deterministic=deterministic, arrival_seed=arrival_seed, output_required=False)
+    key, call = _calls.find(input, weight, bias, mean, invstd, eps, soc, strategy, deterministic, arrival_seed, out)
+    if call is None:
+        call = _calls.keep(key, bind(input, weight, bias, mean, invstd, eps, soc=soc, strategy=strategy,
+                                     deterministic=deterministic, arrival_seed=arrival_seed, out=out))
+    return call(input, weight, bias, mean, invstd, out)
 
 
 def bytes_moved(shape, dtype) -> int:

@@ -1,4 +1,4 @@
-"""The BatchNormElemt kernel, and the plane walk BatchNormElemtBackward's kernel shares.
+"""The BatchNormElemt kernel.
 
 Each core of the plan owns one flat element range (``core_start``, ``core_count``); the range crosses
 planes of ``HxW`` elements, and each plane takes its channel's float32 coefficients. Every element is
@@ -10,16 +10,10 @@ from __future__ import annotations
 
 from numba import njit
 
-from ..._dtypes import from_f32, to_f32
-from ..._views import row_view
+from ...kernels.dtypes import from_f32, to_f32
+from ...kernels.planes import plane_end
+from ...kernels.views import row_view
 from ...runtime import body
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def plane_end(pos, end, hxw):
-    """(channel plane index, end of the plane's part of [pos, end))."""
-    plane = pos // hxw
-    return plane, min((plane + 1) * hxw, end)
 
 
 @njit(cache=True, error_model="numpy")

@@ -6,9 +6,9 @@ import numpy as np
 
 import tiling
 
-from ..._registry import OpRecord, register
 from ...examples import activations, channel_statistics
-from .api import OP, batch_norm_elemt, bytes_moved, prepare
+from ...registry import OpRecord, register
+from .api import OP, _calls, batch_norm_elemt, bind, bytes_moved, prepare
 from .reference import batch_norm_elemt_reference
 from .simulator import simulate
 
@@ -37,7 +37,7 @@ def _example(shape, dtype, rng, *, eps):
 
 
 RECORD = register(OpRecord(
-    name=OP, function=batch_norm_elemt, aclnn_prepare=aclnn_get_workspace_size,
+    name=OP, function=batch_norm_elemt, bind=bind, signatures=_calls, aclnn_prepare=aclnn_get_workspace_size,
     outputs=("output",), strategies=tiling.ElementwiseStrategy,
     plan=_plan, plan_shape=tiling.plan_batch_norm_elemt,
     simulate=lambda plan, kw: (simulate(plan, *_args(kw), kw["eps"]),),

@@ -11,15 +11,9 @@ import numpy as np
 
 from tiling import BatchNormElemtPlan, ElementwiseStrategy
 
+from ...kernels.simulate import ub_blocks
+
 F32 = np.float32
-
-
-def blocks(plan):
-    """(start, stop) of every UB block of every core, in core order."""
-    for core, (start, _) in enumerate(plan.core_split.ranges()):
-        split = plan.block_split if core < plan.core_split.parts - 1 else plan.tail_block_split
-        for offset, length in split.ranges():
-            yield start + offset, start + offset + length
 
 
 def simulate(plan: BatchNormElemtPlan, x, weight, bias, mean, invstd, eps) -> np.ndarray:
@@ -37,7 +31,7 @@ def simulate(plan: BatchNormElemtPlan, x, weight, bias, mean, invstd, eps) -> np
     w = ones if weight is None else np.asarray(weight).astype(F32)
     b = ones * 0 if bias is None else np.asarray(bias).astype(F32)
     flat = np.ascontiguousarray(x).reshape(-1)
-    for start, stop in blocks(plan):
+    for start, stop in ub_blocks(plan):
         channel = (np.arange(start, stop) // plan.hxw) % plan.c
         values = flat[start:stop].astype(F32)
         out[start:stop] = (((values - m[channel]) * scale[channel]) * w[channel] + b[channel]).astype(x.dtype)

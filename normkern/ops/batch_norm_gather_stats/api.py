@@ -9,9 +9,12 @@ import numpy as np
 import tiling
 from tiling import GatherStatsStrategy
 
-from ... import _config
-from ..._buffers import f32_buffer, write_back
-from ..._checks import (
+from ...errors import InvalidParameterError, TilingError
+from ...kernels.dtypes import dtype_name
+from ...runtime import settings
+from ...runtime.buffers import f32_buffer, write_back
+from ...runtime.calls import Signatures
+from ...runtime.checks import (
     check_array,
     check_arrival_seed,
     check_channel_vector,
@@ -24,9 +27,8 @@ from ..._checks import (
     planned,
     unpack_out,
 )
-from ..._dtypes import dtype_name
-from ..._executor import Executor, pythonic
-from ...errors import InvalidParameterError, TilingError
+from ...runtime.derived import derived
+from ...runtime.executor import Executor
 from . import kernel
 
 OP = "batch_norm_gather_stats_with_counts"
@@ -47,7 +49,7 @@ def _plan(devices, channels, dtype, spec, forced, momentum, eps):
     """The plan, with its kernel arguments for a run on one thread (made once per plan)."""
     plan = planned(OP, lambda: tiling.plan_batch_norm_gather_stats_with_counts(
         devices, channels, dtype_name(dtype), spec, forced, momentum=momentum, eps=eps))
-    return plan.memo("launch", lambda: (plan, plan.inline_kernel_args()))
+    return plan, derived(plan, "inline_kernel_args", plan.inline_kernel_args)
 
 
 def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all, *,
@@ -59,7 +61,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
     is only checked, and ``arrival_seed`` has no arrival order to replay."""
     check_not_null(OP, (("input", input), ("mean", mean), ("invstd", invstd), ("counts", counts))
                    + ((("meanAll", mean_all), ("invstdAll", invstd_all)) if outputs_required else ()))
-    spec = _config.resolve_soc(soc, OP)
+    spec = settings.resolve_soc(soc, OP)
     entry = check_supported(OP, spec)
     allowed = entry.dtypes
     tensors = [("input", input), ("mean", mean), ("invstd", invstd), ("runningMean", running_mean),
@@ -110,7 +112,7 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
                ("runningVar", running_var))
     overlaps = check_overlaps(OP, written, (("mean", mean), ("invstd", invstd), ("counts", counts)))
     forced = parse_strategy(OP, GatherStatsStrategy, strategy)
-    _config.resolve_deterministic(deterministic, OP)
+    settings.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan, args = _plan(mean.shape[0], channels, mean.dtype, spec, forced, momentum, eps)
     out_dtype = mean.dtype
@@ -138,7 +140,19 @@ def prepare(input, mean, invstd, running_mean, running_var, momentum, eps, count
                                     ("meanAll", mean_all), ("invstdAll", invstd_all)), outputs=2, overlaps=overlaps)
 
 
-@pythonic
+_calls = Signatures()
+
+
+def bind(input, mean, invstd, running_mean, running_var, momentum, eps, counts, *,
+         soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None) -> Executor:
+    """The first call of a signature of ``batch_norm_gather_stats_with_counts``: every check in the op_api
+    order, the plan, and the call's arrays bound (``normkern.prepare`` and the signature cache keep its Bound)."""
+    mean_all, invstd_all = unpack_out(OP, out, "mean_all, invstd_all")
+    return prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all,
+                   soc=soc, strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   outputs_required=out is not None)
+
+
 def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts, *,
                                         soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None):
     """Global ``(mean_all, invstd_all)`` from per-device ``mean``/``invstd`` (D, C) and ``counts`` (D,).
@@ -150,7 +164,10 @@ def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, runni
     and invstd <= 0. Every plan is deterministic: ``deterministic`` and ``arrival_seed`` are checked
     and change nothing.
     """
-    mean_all, invstd_all = unpack_out(OP, out, "mean_all, invstd_all")
-    return prepare(input, mean, invstd, running_mean, running_var, momentum, eps, counts, mean_all, invstd_all,
-                   soc=soc, strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                   outputs_required=out is not None)
+    key, call = _calls.find(input, mean, invstd, running_mean, running_var, momentum, eps, counts, soc, strategy,
+                            deterministic, arrival_seed, out)
+    if call is None:
+        call = _calls.keep(key, bind(input, mean, invstd, running_mean, running_var, momentum, eps, counts, soc=soc,
+                                     strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                                     out=out))
+    return call(input, mean, invstd, running_mean, running_var, counts, *(out or (None, None)))

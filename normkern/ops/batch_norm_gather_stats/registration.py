@@ -6,8 +6,8 @@ import numpy as np
 
 import tiling
 
-from ..._registry import OpRecord, register
-from .api import OP, batch_norm_gather_stats_with_counts, prepare
+from ...registry import OpRecord, register
+from .api import OP, _calls, batch_norm_gather_stats_with_counts, bind, prepare
 from .reference import batch_norm_gather_stats_reference
 from .simulator import simulate
 
@@ -54,7 +54,7 @@ def _example(shape, dtype, rng, *, eps):
 
 
 RECORD = register(OpRecord(
-    name=OP, function=batch_norm_gather_stats_with_counts,
+    name=OP, function=batch_norm_gather_stats_with_counts, bind=bind, signatures=_calls,
     aclnn_prepare=aclnn_get_workspace_size, outputs=("mean_all", "invstd_all"),
     updated=("running_mean", "running_var"), strategies=tiling.GatherStatsStrategy,
     plan=_plan, plan_shape=_plan_shape, simulate=_simulate, reference=_reference, example=_example,

@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 import tiling
-from tiling import BatchNormStatsPlan, BatchNormStatsStrategy
+from tiling import BatchNormStatsStrategy
 
-from ... import _config
-from ..._buffers import f32_buffer, in_order, write_back
-from ..._checks import (
+from ...errors import InvalidParameterError
+from ...kernels.dtypes import dtype_name, kernel_view
+from ...runtime import launch, plan_spans, settings
+from ...runtime.buffers import arrival_order, f32_buffer, write_back
+from ...runtime.calls import Signatures
+from ...runtime.checks import (
     check_array,
     check_arrival_seed,
     check_channel_vector,
@@ -22,30 +25,14 @@ from ..._checks import (
     planned,
     unpack_out,
 )
-from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor, pythonic
-from ...errors import InvalidParameterError
-from ...runtime import launch, plan_spans
+from ...runtime.derived import kernel_args
+from ...runtime.executor import Executor
 from . import kernel
 
 OP = "batch_norm_stats"
 #: Input bytes a thread must have to pay for its launch (docs/performance.md,
 #: "The runtime").
 THREAD_BYTES = 384 << 10
-
-
-def arrival_order(plan: BatchNormStatsPlan, seed: int | None = None) -> np.ndarray:
-    """The (2, cores) order in which each pass (or each of BatchNormReduceBackward's two sums, whose plans
-    share this row reduction) adds the core partials.
-
-    Core order for deterministic plans; for an atomic plan a random permutation per pass, drawn
-    from ``seed`` (fresh entropy when None), which is how a replay reproduces a run.
-    """
-    cores = plan.block_dim
-    if plan.strategy.value != "atomic":
-        return in_order(plan, 2, cores)
-    rng = np.random.default_rng(seed)
-    return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)
 
 
 def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=None,
@@ -56,7 +43,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     without this op gives 561003. Nothing is written before every check has passed.
     """
     check_not_null(OP, (("input", input),) + ((("mean", mean), ("invstd", invstd)) if outputs_required else ()))
-    spec = _config.resolve_soc(soc, OP)
+    spec = settings.resolve_soc(soc, OP)
     x = check_array(OP, "input", input)
     allowed = check_supported(OP, spec).dtypes
     if dtype_name(x.dtype) not in allowed:
@@ -74,37 +61,57 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     overlaps = check_overlaps(OP, (("mean", mean), ("invstd", invstd)), (("input", x),))
     check_real(OP, "eps", eps)
     forced = parse_strategy(OP, BatchNormStatsStrategy, strategy)
-    want_deterministic = _config.resolve_deterministic(deterministic, OP)
+    want_deterministic = settings.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     plan = planned(OP, lambda: tiling.plan_batch_norm_stats(x.shape, dtype_name(x.dtype), spec, forced),
                    want_deterministic)
     eps32 = np.float32(eps)
-
-    def run(workspace: np.ndarray, x, mean, invstd) -> tuple[np.ndarray, np.ndarray]:
-        mean_out = f32_buffer(mean, channels)
-        invstd_out = f32_buffer(invstd, channels)
-        if plan.strategy is BatchNormStatsStrategy.EMPTY:
+    if plan.strategy is BatchNormStatsStrategy.EMPTY:
+        def run(workspace: np.ndarray, x, mean, invstd) -> tuple[np.ndarray, np.ndarray]:
+            mean_out, invstd_out = f32_buffer(mean, channels), f32_buffer(invstd, channels)
             mean_out.fill(0.0)
             invstd_out.fill(np.nan)
+            write_back(((mean, mean_out), (invstd, invstd_out)))
+            return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
+
+        return Executor(OP, plan, run, (("input", x), ("mean", mean), ("invstd", invstd)), outputs=2,
+                        overlaps=overlaps)
+    args = kernel_args(plan)
+    shape = (plan.n, plan.c, plan.hxw)
+
+    def run(workspace: np.ndarray, x, mean, invstd) -> tuple[np.ndarray, np.ndarray]:
+        mean_out = np.empty(channels, np.float32) if mean is None else f32_buffer(mean, channels)
+        invstd_out = np.empty(channels, np.float32) if invstd is None else f32_buffer(invstd, channels)
+        x3 = kernel_view(np.ascontiguousarray(x)).reshape(shape)
+        spans = plan_spans(plan, lambda: args.core_count, x3.nbytes, THREAD_BYTES)
+        if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
+            launch(kernel.split_c, spans, x3, args, eps32, mean_out, invstd_out)
         else:
-            x3 = kernel_view(np.ascontiguousarray(x)).reshape(plan.n, plan.c, plan.hxw)
-            args = plan.cached_kernel_args()
-            spans = plan_spans(plan, lambda: args.core_count, x3.nbytes, THREAD_BYTES)
-            if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
-                launch(kernel.split_c, spans, x3, args, eps32, mean_out, invstd_out)
-            else:
-                order = arrival_order(plan, arrival_seed)
-                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, False)
-                kernel.split_r_mean(workspace, args, order[0], mean_out)
-                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, True)
-                kernel.split_r_invstd(workspace, args, order[1], eps32, invstd_out)
+            order = arrival_order(plan, arrival_seed)
+            launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, False)
+            kernel.split_r_mean(workspace, args, order[0], mean_out)
+            launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, True)
+            kernel.split_r_invstd(workspace, args, order[1], eps32, invstd_out)
+        if mean is None and invstd is None:
+            return mean_out, invstd_out
         write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 
     return Executor(OP, plan, run, (("input", x), ("mean", mean), ("invstd", invstd)), outputs=2, overlaps=overlaps)
 
 
-@pythonic
+_calls = Signatures()
+
+
+def bind(input: np.ndarray, eps: float, *, soc=None, strategy=None, deterministic=None,
+         arrival_seed=None, out=None) -> Executor:
+    """The first call of a signature of ``batch_norm_stats``: every check in the op_api order, the plan,
+    and the call's arrays bound (``normkern.prepare`` and the signature cache keep its Bound)."""
+    mean, invstd = unpack_out(OP, out, "mean, invstd")
+    return prepare(input, eps, mean, invstd, soc=soc, strategy=strategy, deterministic=deterministic,
+                   arrival_seed=arrival_seed, outputs_required=out is not None)
+
+
 def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, deterministic=None,
                      arrival_seed=None, out=None) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and inverse standard deviation of ``input`` (channel on axis 1).
@@ -118,9 +125,11 @@ def batch_norm_stats(input: np.ndarray, eps: float, *, soc=None, strategy=None, 
     ``strategy`` forces one (``"split_c"``, ``"split_r"``, ``"atomic"``); ``deterministic``
     overrides the global switch; ``arrival_seed`` reproduces an atomic plan's arrival order.
     """
-    mean, invstd = unpack_out(OP, out, "mean, invstd")
-    return prepare(input, eps, mean, invstd, soc=soc, strategy=strategy, deterministic=deterministic,
-                   arrival_seed=arrival_seed, outputs_required=out is not None)
+    key, call = _calls.find(input, eps, soc, strategy, deterministic, arrival_seed, out)
+    if call is None:
+        call = _calls.keep(key, bind(input, eps, soc=soc, strategy=strategy, deterministic=deterministic,
+                                     arrival_seed=arrival_seed, out=out))
+    return call(input, *(out or (None, None)))
 
 
 def bytes_moved(shape, dtype) -> int:

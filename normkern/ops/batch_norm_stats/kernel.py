@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._lanes import LANES, accumulate, accumulate_prefetching, accumulate_sqdev, fold, prefetch_row
-from ..._views import row_view
+from ...kernels.lanes import LANES, accumulate, accumulate_prefetching, accumulate_sqdev, fold, prefetch_row
+from ...kernels.planes import combine_partials, plane_row, plane_segment
 from ...runtime import body
 
 #: Pass 1 prefetches rows shorter than this many elements PREFETCH_AHEAD rows ahead, whole, into
@@ -26,21 +26,6 @@ from ...runtime import body
 #: row starts cold at a stride of C*HxW, where the hardware prefetcher starts afresh.
 PREFETCH_BELOW = 1024
 PREFETCH_AHEAD = 8
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _plane_segment(r, args):
-    """(plane, segment) of a channel's row ``r``: segment ``r % segs`` of plane ``r // segs``."""
-    n = r // args.segs_per_plane
-    return n, r - n * args.segs_per_plane
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _plane_row(x, c, r, args):
-    """Row ``r`` of channel ``c`` as a ``row_view``."""
-    n, seg = _plane_segment(r, args)
-    length = args.seg_elems if seg < args.segs_per_plane - 1 else args.tail_seg_elems
-    return row_view(x, (n * x.shape[1] + c) * x.shape[2] + seg * args.seg_elems, length)
 
 
 @njit(cache=True, error_model="numpy")
@@ -56,17 +41,17 @@ def _rows_sum(x, c, first_row, n_rows, args, lanes, mean, squared):
         stop = min(row + args.rows_per_block, end)
         lanes[:] = 0.0
         for r in range(row, stop):
-            data = _plane_row(x, c, r, args)
+            data = plane_row(x, c, r, args)
             length = data.shape[0]
             if not squared and length < PREFETCH_BELOW and r + PREFETCH_AHEAD < end:
                 # pass 1 comes from memory; pass 2 finds the channel in cache. A plain slice here, not a
                 # row_view, which made this prefetch slower.
-                n_ahead, seg_ahead = _plane_segment(r + PREFETCH_AHEAD, args)
+                n_ahead, seg_ahead = plane_segment(r + PREFETCH_AHEAD, args)
                 prefetch_row(x[n_ahead, c, seg_ahead * args.seg_elems:seg_ahead * args.seg_elems + length])
             if squared:
                 accumulate_sqdev(lanes, data, mean)
             elif length >= PREFETCH_BELOW and r + 1 < end:
-                accumulate_prefetching(lanes, data, _plane_row(x, c, r + 1, args))
+                accumulate_prefetching(lanes, data, plane_row(x, c, r + 1, args))
             else:
                 accumulate(lanes, data)
         total += fold(lanes)
@@ -93,16 +78,6 @@ def split_c(x, args, eps, mean_out, invstd_out, begin, end):
             invstd_out[c] = _invstd(sqdev, count, eps)
 
 
-@njit(cache=True, error_model="numpy")
-def _add_partials(ws, offset, order, channels, totals):
-    """totals[c] = sum of the core partials ws[offset + k*C + c], added in ``order``."""
-    for c in range(channels):
-        total = np.float32(0.0)
-        for k in range(order.shape[0]):
-            total += ws[offset + order[k] * channels + c]
-        totals[c] = total
-
-
 @body
 def split_r_sums(x, ws, args, mean, squared, begin, end):
     """Rows over cores, one pass: core k's partial of every channel into workspace row k (the sums, or with
@@ -119,7 +94,7 @@ def split_r_sums(x, ws, args, mean, squared, begin, end):
 @njit(cache=True, error_model="numpy")
 def split_r_mean(ws, args, order, mean_out):
     """The pass-1 partials added in ``order``, over the count: the mean."""
-    _add_partials(ws, args.sum_offset, order, args.c, mean_out)
+    combine_partials(ws, args.sum_offset, order, args.c, mean_out)
     count = np.float32(args.count)
     for c in range(args.c):
         mean_out[c] = mean_out[c] / count
@@ -128,7 +103,7 @@ def split_r_mean(ws, args, order, mean_out):
 @njit(cache=True, error_model="numpy")
 def split_r_invstd(ws, args, order, eps, invstd_out):
     """The pass-2 partials added in ``order``: the inverse standard deviation."""
-    _add_partials(ws, args.sqdev_offset, order, args.c, invstd_out)
+    combine_partials(ws, args.sqdev_offset, order, args.c, invstd_out)
     count = np.float32(args.count)
     for c in range(args.c):
         invstd_out[c] = _invstd(invstd_out[c], count, eps)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import tiling
 
-from ..._registry import OpRecord, register
 from ...examples import activations
-from .api import OP, arrival_order, batch_norm_stats, bytes_moved, prepare
+from ...registry import OpRecord, register
+from .api import OP, _calls, arrival_order, batch_norm_stats, bind, bytes_moved, prepare
 from .reference import batch_norm_stats_reference
 from .simulator import simulate
 
@@ -29,7 +29,7 @@ def _simulate(plan, kw):
 
 
 RECORD = register(OpRecord(
-    name=OP, function=batch_norm_stats, aclnn_prepare=aclnn_get_workspace_size,
+    name=OP, function=batch_norm_stats, bind=bind, signatures=_calls, aclnn_prepare=aclnn_get_workspace_size,
     outputs=("mean", "invstd"), strategies=tiling.BatchNormStatsStrategy,
     plan=_plan, plan_shape=tiling.plan_batch_norm_stats,
     simulate=_simulate, reference=lambda kw: batch_norm_stats_reference(kw["input"], kw["eps"]),

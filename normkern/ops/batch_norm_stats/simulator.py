@@ -12,32 +12,9 @@ import numpy as np
 
 from tiling import LANES, BatchNormStatsPlan, BatchNormStatsStrategy
 
+from ...kernels.simulate import lanes_add, pairwise64, plane_row
+
 F32 = np.float32
-
-
-def _row(plan: BatchNormStatsPlan, r: int) -> tuple[int, int, int]:
-    n, seg = divmod(r, plan.segs_per_plane)
-    length = plan.seg_elems if seg < plan.segs_per_plane - 1 else plan.tail_seg_elems
-    return n, seg * plan.seg_elems, length
-
-
-def _lanes_add(lanes: np.ndarray, values: np.ndarray) -> None:
-    """lanes[:, j] += values[:, j + 64 v] for v ascending, one add at a time."""
-    full = values.shape[1] // LANES
-    if full:
-        chunks = values[:, :full * LANES].reshape(values.shape[0], full, LANES)
-        stacked = np.concatenate([lanes[:, None, :], chunks], axis=1)
-        lanes[:] = np.add.accumulate(stacked, axis=1, dtype=F32)[:, -1]
-    tail = values.shape[1] - full * LANES
-    lanes[:, :tail] += values[:, full * LANES:]
-
-
-def _fold(lanes: np.ndarray) -> np.ndarray:
-    width = LANES // 2
-    while width >= 1:
-        lanes[:, :width] += lanes[:, width:2 * width]
-        width //= 2
-    return lanes[:, 0].copy()
 
 
 def _rows_sum(plan, xc, first_row, n_rows, mean):
@@ -47,13 +24,13 @@ def _rows_sum(plan, xc, first_row, n_rows, mean):
     for block_start in range(first_row, first_row + n_rows, plan.rows_per_block):
         lanes[:] = 0
         for r in range(block_start, min(block_start + plan.rows_per_block, first_row + n_rows)):
-            n, start, length = _row(plan, r)
+            n, start, length = plane_row(plan, r)
             values = xc[:, n, start:start + length]
             if mean is not None:
                 values = values - mean[:, None]
                 values = values * values
-            _lanes_add(lanes, values)
-        total += _fold(lanes)
+            lanes_add(lanes, values)
+        total += pairwise64(lanes)
     return total
 
 

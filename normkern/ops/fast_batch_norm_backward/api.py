@@ -7,9 +7,13 @@ import numpy as np
 import tiling
 from tiling import FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
 
-from ... import _config
-from ..._buffers import f32_buffer, write_back
-from ..._checks import (
+from ...errors import InvalidParameterError
+from ...kernels.dtypes import dtype_name, kernel_view
+from ...kernels.streaming import worth_streaming
+from ...runtime import plan_spans, settings
+from ...runtime.buffers import f32_buffer, write_back
+from ...runtime.calls import Signatures
+from ...runtime.checks import (
     check_array,
     check_arrival_seed,
     check_channel_vector,
@@ -24,11 +28,8 @@ from ..._checks import (
     planned,
     unpack_out,
 )
-from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor, pythonic
-from ..._streaming import worth_streaming
-from ...errors import InvalidParameterError
-from ...runtime import plan_spans
+from ...runtime.derived import derived, kernel_args
+from ...runtime.executor import Executor
 from . import kernel
 
 OP = "fast_batch_norm_backward"
@@ -154,9 +155,9 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     check_not_null(OP, (("gradOut", grad_out), ("input", input)))
     dy = check_array(OP, "gradOut", grad_out)
     x = check_array(OP, "input", input)
-    spec = _config.resolve_soc(soc, OP)
+    spec = settings.resolve_soc(soc, OP)
     forced = parse_strategy(OP, FastBatchNormBackwardStrategy, strategy)
-    _config.resolve_deterministic(deterministic, OP)
+    settings.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     optional = (("weight", weight), ("runningMean", running_mean), ("runningVar", running_var),
                 ("saveMean", save_mean), ("saveInvstd", save_invstd))
@@ -169,7 +170,8 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         _check_optional_dtypes(optional)
         _check_attributes(training, eps, version)
         return _empty_executor(spec, x if x.size == 0 else dy, x, weight, output_mask,
-                               (grad_input, grad_weight, grad_bias), outputs_required)
+                               _tensors(dy, x, weight, running_mean, running_var, save_mean, save_invstd,
+                                        grad_input, grad_weight, grad_bias), outputs_required)
     check_supported(OP, spec)
     mask = _check_mask(output_mask)
     if outputs_required:
@@ -214,13 +216,13 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         dy3, x3 = fused_views(plan, dy, x)
         direct = mask[0] and not plan.transposed and gi.dtype == x.dtype and gi.flags.c_contiguous
         dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), x.dtype)
-        args = plan.cached_kernel_args()
+        args = kernel_args(plan)
         gw = f32_buffer(grad_weight, channels)
         gb = f32_buffer(grad_bias, channels)
         row = args.hw_block if args.split_hw else args.b1
         stream = direct and plan.training and worth_streaming(dx3, STREAM_MIN_BYTES) \
             and row * dx3.itemsize >= STREAM_MIN_ROW_BYTES
-        leads = plan.memo("phase_leads", lambda: kernel.phase_leads(args))
+        leads = derived(plan, "phase_leads", lambda: kernel.phase_leads(args))
         spans = phase_spans(plan, args, leads, dy3.nbytes + x3.nbytes + dx3.nbytes)
         kernel.backward(leads, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args, spans, mean,
                         scale, w, plan.training, mask[0], gw, gb, stream)
@@ -233,22 +235,25 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         write_back(((grad_weight if mask[1] else None, gw), (grad_bias if mask[2] else None, gb)))
         return tuple(r if m else None for r, m in zip(results, mask, strict=True))
 
-    return Executor(OP, plan, run, (("gradOut", dy), ("input", x), ("weight", weight), ("runningMean", running_mean),
-                                    ("runningVar", running_var), ("saveMean", save_mean), ("saveInvstd", save_invstd),
-                                    ("gradInput", grad_input), ("gradWeight", grad_weight), ("gradBias", grad_bias)),
-                    outputs=3, overlaps=overlaps)
+    return Executor(OP, plan, run, _tensors(dy, x, weight, running_mean, running_var, save_mean, save_invstd,
+                                            grad_input, grad_weight, grad_bias), outputs=3, overlaps=overlaps)
 
 
-def _empty_executor(spec, empty, x, weight, output_mask, outputs, outputs_required) -> Executor:
+def _tensors(*arrays) -> tuple:
+    """The op's (name, array) pairs in its executor's order: the seven inputs, then the three outputs."""
+    return tuple(zip(("gradOut", "input", "weight", "runningMean", "runningVar", "saveMean", "saveInvstd",
+                      *OUTPUTS), arrays, strict=True))
+
+
+def _empty_executor(spec, empty, x, weight, output_mask, tensors, outputs_required) -> Executor:
     """The op_api's early exit for an empty input or gradOut (``empty``): success, no workspace, no kernel,
     nothing written.
 
     The Pythonic layer still answers: an empty grad_input and zero sums for grad_weight/grad_bias."""
     plan = tiling.plan_fast_batch_norm_backward(empty.shape if empty.ndim >= 2 else (0, 0), "float32",
                                                 spec if tiling.support(OP, spec).runs else "host", "empty")
-    tensors = tuple(zip(OUTPUTS, outputs, strict=True))
     if outputs_required:
-        return Executor(OP, plan, lambda workspace, *given: given, tensors, outputs=3)
+        return Executor(OP, plan, lambda workspace, *given: given[-3:], tensors, outputs=3)
     mask = _check_mask(output_mask)
     channels = x.shape[1] if x.ndim >= 2 else 0
     grad_dtype = weight.dtype if isinstance(weight, np.ndarray) else x.dtype
@@ -260,7 +265,20 @@ def _empty_executor(spec, empty, x, weight, output_mask, outputs, outputs_requir
     return Executor(OP, plan, run, tensors, outputs=3)
 
 
-@pythonic
+_calls = Signatures()
+
+
+def bind(grad_out: np.ndarray, input: np.ndarray, weight, running_mean, running_var, save_mean,
+         save_invstd, training: bool, eps: float, output_mask=(True, True, True), version: int = 0,
+         *, soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None) -> Executor:
+    """The first call of a signature of ``fast_batch_norm_backward``: every check in the op_api order, the plan,
+    and the call's arrays bound (``normkern.prepare`` and the signature cache keep its Bound)."""
+    outputs = unpack_out(OP, out, "grad_input, grad_weight, grad_bias")
+    return prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
+                   output_mask, version, *outputs, soc=soc, strategy=strategy, deterministic=deterministic,
+                   arrival_seed=arrival_seed, outputs_required=out is not None)
+
+
 def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, running_mean, running_var, save_mean,
                              save_invstd, training: bool, eps: float, output_mask=(True, True, True), version: int = 0,
                              *, soc=None, strategy=None, deterministic=None, arrival_seed=None, out=None):
@@ -278,10 +296,14 @@ def fast_batch_norm_backward(grad_out: np.ndarray, input: np.ndarray, weight, ru
     tiling); ``strategy`` forces a template. Every plan is deterministic: ``deterministic`` and
     ``arrival_seed`` are checked and change nothing.
     """
-    outputs = unpack_out(OP, out, "grad_input, grad_weight, grad_bias")
-    return prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
-                   output_mask, version, *outputs, soc=soc, strategy=strategy, deterministic=deterministic,
-                   arrival_seed=arrival_seed, outputs_required=out is not None)
+    key, call = _calls.find(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, training, eps,
+                            output_mask, version, soc, strategy, deterministic, arrival_seed, out)
+    if call is None:
+        call = _calls.keep(key, bind(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+                                     training, eps, output_mask, version, soc=soc, strategy=strategy,
+                                     deterministic=deterministic, arrival_seed=arrival_seed, out=out))
+    return call(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+                *(out or (None, None, None)))
 
 
 def bytes_moved(shape, dtype) -> int:

@@ -30,8 +30,8 @@ from numba import njit
 
 from tiling.fast_batch_norm_backward import PassGeometry
 
-from ..._lanes import LANES, fold_capacity, fold_halves, fold_short
-from ..._views import row_view
+from ...kernels.lanes import LANES, fold_capacity, fold_halves, fold_short
+from ...kernels.views import row_view
 from ...runtime import body, launch
 from .rows import F32, _add_row, _add_row_infer, _dx_row, _pass_extent, _pass_step, _row_start
 from .sweeps import (

@@ -6,9 +6,9 @@ import numpy as np
 
 import tiling
 
-from ..._registry import OpRecord, Option, register
 from ...examples import activations, gradients
-from .api import OP, bytes_moved, fast_batch_norm_backward, fused_views, prepare, statistics, unfused_view
+from ...registry import OpRecord, Option, register
+from .api import OP, _calls, bind, bytes_moved, fast_batch_norm_backward, fused_views, prepare, statistics, unfused_view
 from .reference import fast_batch_norm_backward_reference
 from .simulator import simulate
 
@@ -60,7 +60,7 @@ def _example(shape, dtype, rng, *, eps, training=True, output_mask=None):
 
 
 RECORD = register(OpRecord(
-    name=OP, function=fast_batch_norm_backward,
+    name=OP, function=fast_batch_norm_backward, bind=bind, signatures=_calls,
     aclnn_prepare=aclnn_get_workspace_size, outputs=("grad_input", "grad_weight", "grad_bias"),
     strategies=tiling.FastBatchNormBackwardStrategy, plan=_plan, plan_shape=_plan_shape, simulate=_simulate,
     reference=_reference, example=_example,

@@ -11,7 +11,7 @@ from numba import njit
 
 from tiling.fast_batch_norm_backward import pass_extent, pass_step
 
-from ..._dtypes import from_f32, to_f32
+from ...kernels.dtypes import from_f32, to_f32
 
 F32 = np.float32
 #: The plan's own pass arithmetic, compiled into the kernels.

@@ -14,7 +14,7 @@ import numpy as np
 from tiling import FastBatchNormBackwardPlan
 from tiling.fast_batch_norm_backward import pass_extent, pass_step
 
-from ..._simulate import F32, fold_halves
+from ...kernels.simulate import F32, fold_halves
 
 
 def _passes(plan: FastBatchNormBackwardPlan, first: int, count: int):

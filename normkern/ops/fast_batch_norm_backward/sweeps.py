@@ -18,8 +18,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from ..._streaming import line_span, store_fence, stream_out
-from ..._views import row_view
+from ...kernels.streaming import line_span, store_fence, stream_out
+from ...kernels.views import row_view
 from .rows import F32, _dx_row, _dx_row_infer, _infer_dx, _pass_extent, _pass_step, _row_start, to_f32
 
 #: Bytes of dx computed into the L1 scratch between two runs of streaming stores (``_dx_job_streamed``).

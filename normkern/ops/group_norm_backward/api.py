@@ -9,9 +9,13 @@ import numpy as np
 import tiling
 from tiling import GroupNormBackwardPlan, GroupNormBackwardStrategy
 
-from ... import _config
-from ..._buffers import f32_buffer, in_order, write_back
-from ..._checks import (
+from ...errors import InvalidParameterError
+from ...kernels.dtypes import dtype_name, kernel_view
+from ...kernels.streaming import worth_streaming
+from ...runtime import launch, plan_spans, settings
+from ...runtime.buffers import f32_buffer, in_order, write_back
+from ...runtime.calls import Signatures
+from ...runtime.checks import (
     check_array,
     check_arrival_seed,
     check_int,
@@ -23,11 +27,8 @@ from ..._checks import (
     planned,
     unpack_out,
 )
-from ..._dtypes import dtype_name, kernel_view
-from ..._executor import Executor, pythonic
-from ..._streaming import worth_streaming
-from ...errors import InvalidParameterError
-from ...runtime import launch, plan_spans
+from ...runtime.derived import derived, kernel_args
+from ...runtime.executor import Executor
 from . import kernel
 
 OP = "group_norm_backward"
@@ -113,7 +114,7 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
     workspace. A SoC without the op gives 561003; a tiling the planner refuses 561002.
     """
     check_not_null(OP, (("gradOut", grad_out), ("input", input), ("mean", mean), ("rstd", rstd)))
-    spec = _config.resolve_soc(soc, OP)
+    spec = settings.resolve_soc(soc, OP)
     entry = check_supported(OP, spec)
     outputs = (grad_input, grad_gamma, grad_beta)
     mask = _check_mask(output_mask, outputs, outputs_required)
@@ -147,7 +148,7 @@ def prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, g
     live = tuple((name, out if m else None) for name, out, m in zip(OUTPUTS, outputs, mask, strict=True))
     overlaps = check_overlaps(OP, live, (("gradOut", grad_out), ("input", input)))
     forced = parse_strategy(OP, S, strategy)
-    want_deterministic = _config.resolve_deterministic(deterministic, OP)
+    want_deterministic = settings.resolve_deterministic(deterministic, OP)
     check_arrival_seed(OP, arrival_seed)
     empty = grad_out.size == 0 or input.size == 0
     if empty:  # the 950's arch35 code tiles an empty input itself (key 500: the gradient columns zeroed)
@@ -203,7 +204,7 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
     if plan.strategy is S.ARCH35:
         from . import kernel_arch35
 
-        params = plan.memo("arch35_params", lambda: kernel_arch35.params(plan))
+        params = derived(plan, "arch35_params", lambda: kernel_arch35.params(plan))
         kernel_arch35.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, params, mask[0],
                              partials)
     else:
@@ -223,7 +224,7 @@ def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspa
 def _stage1(plan, dy3, x3, dx3, direct, m32, r32, g32, write_dx, partials) -> None:
     """The A2/host stage 1 over the threads: the body for the plan's row shape, prefetching and streaming
     stores by size."""
-    args = plan.cached_kernel_args()
+    args = kernel_args(plan)
     spans = plan_spans(plan, lambda: args.core_count, dy3.nbytes + x3.nbytes + dx3.nbytes, THREAD_BYTES)
     stream = direct and worth_streaming(dx3, STREAM_MIN_BYTES)
     ahead = dy3.nbytes + x3.nbytes > PREFETCH_MIN_BYTES
@@ -238,7 +239,7 @@ def _stage1(plan, dy3, x3, dx3, direct, m32, r32, g32, write_dx, partials) -> No
 
 def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
     """The task partials to grad_gamma / grad_beta (float32 (C,)), through the workspace as the plan says."""
-    args = plan.cached_kernel_args()
+    args = kernel_args(plan)
     fp32_out = plan.out_dtype == "float32"
     if args.pair_rows:
         kernel.stage2_rows(partials, workspace, args, fp32_out, dgamma, dbeta)
@@ -256,7 +257,20 @@ def second_stage(plan, partials, workspace, order, dgamma, dbeta) -> None:
     dgamma[:], dbeta[:] = ws_gamma, ws_beta
 
 
-@pythonic
+_calls = Signatures()
+
+
+def bind(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW: int, group: int,
+         output_mask=(True, True, True), *, soc=None, strategy=None, deterministic=None,
+         arrival_seed=None, out=None) -> Executor:
+    """The first call of a signature of ``group_norm_backward``: every check in the op_api order, the plan,
+    and the call's arrays bound (``normkern.prepare`` and the signature cache keep its Bound)."""
+    outputs = unpack_out(OP, out, "grad_input, grad_gamma, grad_beta")
+    return prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, *outputs, soc=soc,
+                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                   outputs_required=out is not None)
+
+
 def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW: int, group: int,
                         output_mask=(True, True, True), *, soc=None, strategy=None, deterministic=None,
                         arrival_seed=None, out=None):
@@ -273,10 +287,13 @@ def group_norm_backward(grad_out, input, mean, rstd, gamma, N: int, C: int, HxW:
     while determinism is on (``deterministic=`` or :func:`normkern.set_deterministic`).
     ``out=(grad_input, grad_gamma, grad_beta)`` writes into preallocated arrays.
     """
-    outputs = unpack_out(OP, out, "grad_input, grad_gamma, grad_beta")
-    return prepare(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, *outputs, soc=soc,
-                   strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
-                   outputs_required=out is not None)
+    key, call = _calls.find(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, soc, strategy,
+                            deterministic, arrival_seed, out)
+    if call is None:
+        call = _calls.keep(key, bind(grad_out, input, mean, rstd, gamma, N, C, HxW, group, output_mask, soc=soc,
+                                     strategy=strategy, deterministic=deterministic, arrival_seed=arrival_seed,
+                                     out=out))
+    return call(grad_out, input, mean, rstd, gamma, *(out or (None, None, None)))
 
 
 def bytes_moved(n: int, c: int, hxw: int, dtype) -> int:

@@ -28,8 +28,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from ..._dtypes import from_f32, to_f32
-from ..._lanes import (
+from ...kernels.dtypes import from_f32, to_f32
+from ...kernels.lanes import (
     LANES,
     SHORT_ROW_MAX,
     fold_capacity,
@@ -43,8 +43,8 @@ from ..._lanes import (
     short_row_sums_256,
     short_row_width,
 )
-from ..._streaming import line_span, store_fence, stream_out
-from ..._views import row_view
+from ...kernels.streaming import line_span, store_fence, stream_out
+from ...kernels.views import row_view
 from ...runtime import body
 
 F32 = np.float32

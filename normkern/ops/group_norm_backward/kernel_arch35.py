@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._dtypes import from_f32, to_f32
-from ..._lanes import fold
+from ...kernels.dtypes import from_f32, to_f32
+from ...kernels.lanes import fold
 
 F32 = np.float32
 LANES = 64

@@ -8,9 +8,9 @@ import numpy as np
 
 import tiling
 
-from ..._registry import OpRecord, Option, register
 from ...examples import activations, gradients
-from .api import OP, arrival_order, bytes_moved, group_norm_backward, prepare, task_statistics, task_views
+from ...registry import OpRecord, Option, register
+from .api import OP, _calls, arrival_order, bind, bytes_moved, group_norm_backward, prepare, task_statistics, task_views
 from .reference import group_norm_backward_reference
 from .simulator import simulate
 
@@ -63,7 +63,7 @@ def _example(shape, dtype, rng, *, eps, group=1):
 
 
 RECORD = register(OpRecord(
-    name=OP, function=group_norm_backward, aclnn_prepare=aclnn_get_workspace_size,
+    name=OP, function=group_norm_backward, bind=bind, signatures=_calls, aclnn_prepare=aclnn_get_workspace_size,
     outputs=("grad_input", "grad_gamma", "grad_beta"), strategies=tiling.GroupNormBackwardStrategy,
     plan=_plan, plan_shape=_plan_shape, simulate=_simulate, reference=_reference, example=_example,
     bytes_moved=lambda kw: bytes_moved(kw["N"], kw["C"], kw["HxW"], kw["input"].dtype),

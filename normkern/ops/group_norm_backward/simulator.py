@@ -14,7 +14,7 @@ import numpy as np
 
 from tiling import LANES, GroupNormBackwardPlan, GroupNormBackwardStrategy
 
-from ..._simulate import F32, fold_halves, pairwise64
+from ...kernels.simulate import F32, fold_halves, pairwise64
 
 S = GroupNormBackwardStrategy
 

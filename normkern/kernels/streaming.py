@@ -20,8 +20,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
-from ._lanes import LINE_BYTES
-from ._views import _CHECKED
+from .lanes import LINE_BYTES
+from .views import _CHECKED
 
 
 def worth_streaming(out: np.ndarray, min_bytes: int) -> bool:

@@ -9,8 +9,8 @@ import numpy as np
 
 import tiling
 
-from ._dtypes import dtype_name
-from .errors import DeterminismError, InvalidParameterError, NullPointerError, TilingError, UnsupportedError
+from ..errors import DeterminismError, InvalidParameterError, NullPointerError, TilingError, UnsupportedError
+from ..kernels.dtypes import dtype_name
 
 
 def check_array(op: str, name: str, value) -> np.ndarray:
@@ -53,14 +53,11 @@ def check_arrival_seed(op: str, seed) -> None:
 
 
 def parse_strategy(op: str, strategy_enum: type[enum.Enum], strategy):
-    """An op's strategy Enum from the Enum itself, its name, or None (the planner chooses)."""
-    if strategy is None or isinstance(strategy, strategy_enum):
-        return strategy
+    """An op's strategy Enum from the Enum itself, its value, or None (the planner chooses)."""
     try:
-        return strategy_enum(strategy)
-    except ValueError:
-        names = ", ".join(s.value for s in strategy_enum)
-        raise InvalidParameterError(op, "strategy", f"must be one of {names}", repr(strategy)) from None
+        return tiling.parse_strategy(op, strategy_enum, strategy)
+    except tiling.UnknownStrategyError as exc:
+        raise InvalidParameterError(op, "strategy", f"must be one of {exc.names}", repr(strategy)) from None
 
 
 def check_not_null(op: str, named: tuple[tuple[str, object], ...], error=NullPointerError) -> None:

@@ -18,8 +18,8 @@ from numba.np.arrayobj import make_array
 
 from tiling.reduction import LANES
 
-from ._dtypes import to_f32
-from ._views import _CHECKED
+from .dtypes import to_f32
+from .views import _CHECKED
 
 STEP = 4 * LANES
 F32_ZERO = np.float32(0.0)

@@ -42,6 +42,8 @@ class OpRecord:
 
     name: str
     function: Callable
+    #: ``bind(*args, **kwargs)``: ``function``'s first call of a signature (every check, the plan) as an executor.
+    bind: Callable
     aclnn_prepare: Callable
     outputs: tuple[str, ...]
     strategies: type[enum.Enum]
@@ -61,6 +63,8 @@ class OpRecord:
     #: ``arrival(plan, seed)``: the orders an atomic plan's partials are added in, one row per sum (ops
     #: with atomic plans), drawn as the plan picture's example.
     arrival: Callable | None = None
+    #: The op's cache of bound calls by signature (``runtime.calls.Signatures``).
+    signatures: Any = None
 
     @property
     def aclnn(self) -> str:

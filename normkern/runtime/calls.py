@@ -1,9 +1,15 @@
-"""Prepared calls: an op's checks and plan done once, for the calls that repeat the same shapes.
+"""The calls of the public ops: a signature cache for repeated calls, and prepared calls.
 
-``normkern.prepare(op, *args, **kwargs)`` checks a call as the op would (every rule, the plan, the SoC and
-the settings of that moment) and keeps the executor. Calling the result with new arrays of the same shapes
-and dtypes checks only that they match the binding, then runs the kernel: what a training step needs,
-where the same layer sees the same shapes every step.
+A public op (``normkern.batch_norm_stats``) runs a call in two steps: ``bind`` checks every rule in the CANN
+op_api order and plans, giving a ``Bound`` call (``executor.py``); the Bound runs the kernels on the call's
+arrays. ``Signatures`` keeps an op's Bound calls by the signature of their arguments (``signature``: every
+array's type, shape, dtype, strides, writeability and aliasing, every other value, and the context's default
+SoC and determinism), so a call that repeats an earlier one goes from the op's function to its Bound at the
+cost of a key and a dict look-up: the checks and the plan of the first call hold for it, bit for bit.
+
+``normkern.prepare(op, *args, **kwargs)`` binds a call once and keeps it: calling the result with new arrays
+of the same shapes and dtypes checks only that they match the binding, then runs the Bound: what a training
+step needs, where the same layer sees the same shapes every step.
 """
 
 from __future__ import annotations
@@ -12,10 +18,55 @@ import inspect
 
 import numpy as np
 
-from . import _registry
-from ._checks import check_overlaps
-from ._dtypes import dtype_name
-from .errors import InvalidParameterError
+from .. import registry
+from ..errors import InvalidParameterError
+from ..kernels.dtypes import dtype_name
+from .settings import DETERMINISTIC, SOC
+
+#: Signatures an op keeps a Bound call for; past this many they are dropped and bound anew.
+REPEATED_CALLS = 256
+
+
+def signature(values: tuple) -> tuple:
+    """What a later call must repeat to run the Bound of this one: every array by exact type, shape, dtype,
+    strides, writeability and which earlier argument was the same array (by its first position); sequences
+    by their items; everything else as it is (with its type: 1, 1.0 and True differ); then the context's
+    default SoC and determinism. A key that holds a mutable value does not hash (``Signatures.find``); an
+    ndarray subclass raises TypeError here."""
+    return _describe_all(values, {}), SOC.get(), DETERMINISTIC.get()
+
+
+class Signatures:
+    """One op's Bound calls by ``signature``."""
+
+    def __init__(self) -> None:
+        self._bound: dict = {}
+
+    def find(self, *values):
+        """(the signature of ``values``, what runs its Bound call or None); the signature is None when it
+        cannot be a key (a mutable value, an ndarray subclass): such a call is bound every time."""
+        try:
+            key = (_describe_all(values, {}), SOC.get(), DETERMINISTIC.get())  # ``signature``, inline
+            return key, self._bound.get(key)
+        except TypeError:
+            return None, None
+
+    def keep(self, key, executor):
+        """What runs the Bound call of ``executor`` (the op's ``bind`` of this call: ``Bound.entry``), kept
+        under ``key``."""
+        entry = executor.bound.entry
+        if key is not None:
+            if len(self._bound) >= REPEATED_CALLS:
+                self._bound.clear()
+            self._bound[key] = entry
+        return entry
+
+    def __len__(self) -> int:
+        return len(self._bound)
+
+    def clear(self) -> None:
+        self._bound.clear()
+
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -36,41 +87,36 @@ class PreparedCall:
     has run then. The results are those of ``normkern.<op>`` on the same arguments, bit for bit.
     """
 
-    def __init__(self, op: str, args: tuple, kwargs: dict, *, function=None, executor=None) -> None:
-        """``function`` is the op (default: the registry's ``normkern.<op>``); ``executor``, when given, is the
-        one ``function.bind`` returned for these very arguments (the op's own first call), not made again."""
-        function = function or _registry.get(op, "normkern.prepare").function
+    def __init__(self, op: str, args: tuple, kwargs: dict) -> None:
+        """Bind ``normkern.<op>(*args, **kwargs)`` (every check of the op; it raises as the op would)."""
+        record = registry.get(op, "normkern.prepare")
         self.op = op
-        self._signature = _op_signature(function)
+        self._signature = _op_signature(record.function)
         bound = self._bind(args, kwargs)
-        self._executor = executor or function.bind(*bound.args, **bound.kwargs)
-        self._fixed = {k: v for k, v in bound.arguments.items() if k in _registry.COMMON_KEYWORDS and k != "out"}
+        executor = record.bind(*bound.args, **bound.kwargs)
+        self._bound = executor.bound
+        self._fixed = {k: v for k, v in bound.arguments.items() if k in registry.COMMON_KEYWORDS and k != "out"}
         positional = [p for p in self._signature.parameters.values() if p.kind in _POSITIONAL]
         self.parameters = tuple(p.name for p in positional)
         self._defaults = tuple(p.default for p in positional)
+        self._index = {name: i for i, name in enumerate(self.parameters)}
         slot_of: dict[int, tuple[int, ...]] = {}
-        for i, (_, array) in enumerate(self._executor.tensors):
+        for i, (_, array) in enumerate(executor.tensors):
             if array is not None:
                 slot_of[id(array)] = slot_of.get(id(array), ()) + (i,)
-        self._template = [array for _, array in self._executor.tensors]
+        #: The Bound's arrays where a call brings none of its own: None (a parameter that was None).
+        self._template = [None] * len(executor.tensors)
         given = [bound.arguments[name] for name in self.parameters]
         out = bound.arguments.get("out")
         self._specs = tuple(_spec(name, value, slot_of) for name, value in zip(self.parameters, given, strict=True))
         self._out_spec = _spec("out", out, slot_of)
         # Parameters given the very same array (in place): a call must give them one array too, since the
-        # executor's slots cannot tell them apart. Positions in the flat list of arguments (``_flat``).
+        # Bound's slots cannot tell them apart. Positions in the flat list of arguments (``_flat``).
         positions: dict[int, list[int]] = {}
         for i, value in enumerate(_flat(given, out)):
             if isinstance(value, np.ndarray):
                 positions.setdefault(id(value), []).append(i)
         self._aliases = tuple(tuple(p) for p in positions.values() if len(p) > 1)
-        #: The executor slots of each array of the call, in the order ``_arrays_in`` walks them; None when one
-        #: of its arrays is not bound as itself (then only the checked ``__call__`` can run it).
-        repeat_slots = tuple(slot_of.get(id(a), ()) for a in _arrays_in((*args, *kwargs.values())))
-        self._repeat_slots = None if () in repeat_slots else repeat_slots
-        names = [name for name, _ in self._executor.tensors]
-        written, read = self._executor.overlaps
-        self._overlaps = (tuple((n, names.index(n)) for n in written), tuple((n, names.index(n)) for n in read))
 
     def _bind(self, args, kwargs) -> inspect.BoundArguments:
         try:
@@ -83,10 +129,10 @@ class PreparedCall:
     @property
     def plan(self):
         """The plan every call runs."""
-        return self._executor.plan
+        return self._bound.plan
 
     def __repr__(self) -> str:
-        return f"<PreparedCall {self.op}: {self._executor.plan}>"
+        return f"<PreparedCall {self.op}: {self._bound.plan}>"
 
     def __call__(self, *args, out=None, **kwargs):
         if kwargs or len(args) != len(self._specs):
@@ -114,37 +160,27 @@ class PreparedCall:
                         raise InvalidParameterError(self.op, self._flat_name(i), "must be the same array as "
                                                     f"{self._flat_name(group[0])}, as in the prepared call",
                                                     "another array")
-        return self._run(arrays)
-
-    def repeat(self, args: tuple, kwargs: dict):
-        """Run on the arrays of a call whose ``call_key`` equals the prepared call's (every shape, dtype,
-        stride, alias and value the match checks is then the same): only the op's overlap rule is checked."""
-        arrays = self._template.copy()
-        for array, slots in zip(_arrays_in((*args, *kwargs.values())), self._repeat_slots, strict=True):
-            for i in slots:
-                arrays[i] = array
-        return self._run(arrays)
-
-    def _run(self, arrays: list):
-        written, read = self._overlaps
-        if written:  # outputs of the caller's: the op's own overlap rule, on this call's arrays
-            check_overlaps(self.op, tuple((n, arrays[i]) for n, i in written), tuple((n, arrays[i]) for n, i in read))
-        return self._executor.run_with(arrays)
-
-    @property
-    def repeatable(self) -> bool:
-        """Whether :meth:`repeat` can run it (every array of the call is bound as itself)."""
-        return self._repeat_slots is not None
+        return self._bound(*arrays)
 
     def _flat_name(self, index: int) -> str:
         count = len(self.parameters)
         return self.parameters[index] if index < count else f"out[{index - count}]"
 
     def _complete(self, args, kwargs) -> tuple:
-        """The op's parameters in order, from positional and keyword arguments, defaults filled."""
-        empty = inspect.Parameter.empty
-        if not kwargs and len(args) < len(self._defaults) and empty not in self._defaults[len(args):]:
-            return args + self._defaults[len(args):]
+        """The op's parameters in order, from positional and keyword arguments, defaults filled: by position
+        for the op's own parameters; anything else (a fixed keyword, a name given twice or unknown, one
+        missing) takes ``inspect``'s binding, for its error."""
+        values = [*args, *self._defaults[len(args):]]
+        if len(args) <= len(self._defaults):
+            for key, value in kwargs.items():
+                i = self._index.get(key, -1)
+                if i < len(args):
+                    break
+                values[i] = value
+            else:
+                empty = inspect.Parameter.empty
+                if not any(value is empty for value in values):
+                    return tuple(values)
         for key in kwargs:
             if key in self._fixed:
                 raise InvalidParameterError(self.op, key, "was fixed when the call was prepared", repr(kwargs[key]))
@@ -159,32 +195,10 @@ _signatures: dict = {}
 
 def _op_signature(function) -> inspect.Signature:
     """``inspect.signature`` of an op, made once per op."""
-    signature = _signatures.get(function)
-    if signature is None:
-        signature = _signatures[function] = inspect.signature(function)
-    return signature
-
-
-def call_key(args, kwargs):
-    """What a later call must repeat to run as a prepared call of this one: every array by exact type, shape,
-    dtype, strides, writeability and which earlier argument was the same array (by its first position);
-    sequences by their items; everything else as it is. None when a value cannot be a key (a mutable one)."""
-    seen: dict[int, int] = {}
-    try:
-        key = (_describe_all(args, seen), _describe_all(kwargs.values(), seen), tuple(kwargs))
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def _arrays_in(values):
-    """The arrays among ``values`` and inside their tuples and lists, in order."""
-    for value in values:
-        if type(value) is np.ndarray:
-            yield value
-        elif type(value) is tuple or type(value) is list:
-            yield from _arrays_in(value)
+    found = _signatures.get(function)
+    if found is None:
+        found = _signatures[function] = inspect.signature(function)
+    return found
 
 
 def _describe_all(values, seen: dict[int, int]) -> tuple:
@@ -194,9 +208,11 @@ def _describe_all(values, seen: dict[int, int]) -> tuple:
         if kind is np.ndarray:
             parts.append((value.shape, value.dtype, value.strides, value.flags.writeable,
                           seen.setdefault(id(value), len(seen))))
+        elif value is None:
+            parts.append(None)
         elif kind is tuple or kind is list:
             parts.append((kind, _describe_all(value, seen)))
-        elif isinstance(value, np.ndarray):  # a subclass: no prepared call
+        elif isinstance(value, np.ndarray):
             raise TypeError("an ndarray subclass")
         else:
             parts.append((kind, value))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._dtypes import kernel_view
+from ..kernels.dtypes import kernel_view
+from .derived import derived
 
 F32 = np.dtype(np.float32)
 
@@ -35,7 +36,19 @@ def in_order(plan, rows: int, count: int) -> np.ndarray:
         order.flags.writeable = False
         return order
 
-    return plan.memo("in_order", make)
+    return derived(plan, ("in_order", rows, count), make)
+
+
+def arrival_order(plan, seed: int | None = None) -> np.ndarray:
+    """The (2, cores) order in which each of a plan's two row passes (BatchNormStats' two passes,
+    BatchNormReduceBackward's two sums) adds the core partials: core order for a deterministic plan; for an
+    atomic plan a random permutation a pass, drawn from ``seed`` (fresh entropy when None), which is how a
+    replay reproduces a run."""
+    cores = plan.block_dim
+    if plan.strategy.value != "atomic":
+        return in_order(plan, 2, cores)
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(cores), rng.permutation(cores)]).astype(np.int64)
 
 
 def elementwise_output(output: np.ndarray | None, like: np.ndarray, launch) -> np.ndarray:

@@ -51,7 +51,7 @@ def kernel_view(x: np.ndarray) -> np.ndarray:
     if view is None:
         dtype_name(x.dtype)  # registers bfloat16
         view = _KERNEL_VIEW[x.dtype]
-    return x.view(view)
+    return x if view is x.dtype else x.view(view)
 
 
 @intrinsic

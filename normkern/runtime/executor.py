@@ -1,4 +1,4 @@
-"""The executor a first phase returns, and the second phase that runs it in a workspace."""
+"""A checked and planned call (``Bound``), and the executor the aclnn layer's first phase returns around it."""
 
 from __future__ import annotations
 
@@ -10,39 +10,69 @@ import numpy as np
 
 import tiling
 
-from ._checks import check_overlaps, own_their_memory, shares_memory
-from .errors import InternalNullError, InvalidParameterError, NullPointerError, WorkspaceError
+from ..errors import InternalNullError, InvalidParameterError, NullPointerError, WorkspaceError
+from .checks import check_overlaps, own_their_memory, shares_memory
 
 #: The workspace of plans without a user part: nothing can be written to it, so one serves every call.
 _NO_WORKSPACE = np.empty(0, np.float32)
 
 
-class Executor:
-    """What ``aclnnXxxGetWorkspaceSize`` returns: the plan it will run and the bound arguments.
+class Bound:
+    """One call of an op checked and planned: its plan and the op's ``run(workspace, *arrays)``, which launches
+    the kernels on ``arrays`` (the op's inputs, then its outputs, in the order of ``names``). It holds no
+    array: a later call of the same signature runs it on its own arrays (``calls.Signatures``), a prepared
+    call (``normkern.prepare``) and an aclnn executor on theirs."""
 
-    ``run(workspace, *arrays)`` runs the kernel on ``arrays``, given in the order of ``tensors``: the op's
-    (name, array) inputs, then its ``outputs`` last ones. The executor holds the arrays the first phase
-    checked; a repeatable executor (``aclSetAclOpExecutorRepeatable``) may have them replaced by arrays of
-    the same shape and dtype (``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr``), and a prepared
-    call (``normkern.prepare``) passes its own to ``run_with``.
+    __slots__ = ("op", "plan", "run", "names", "outputs", "overlaps", "entry", "_written", "_read", "_floats")
+
+    def __init__(self, op: str, plan: tiling.Plan, run: Callable[..., Any], names: tuple[str, ...],
+                 outputs: int, overlaps: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+        self.op, self.plan, self.run, self.names, self.outputs = op, plan, run, names, outputs
+        #: The op's overlap rule as names (``checks.check_overlaps``): outputs, and what they were checked against.
+        self.overlaps = overlaps
+        self._written = tuple((name, names.index(name)) for name in overlaps[0])
+        self._read = tuple((name, names.index(name)) for name in overlaps[1])
+        self._floats = plan.workspace.user_bytes // 4
+        #: What a call runs: ``run`` itself, bound to the empty workspace, when there is nothing to check and no
+        #: workspace to make (one Python frame less), else ``__call__``.
+        self.entry = self if self._written or self._floats else functools.partial(run, _NO_WORKSPACE)
+
+    def __call__(self, *arrays):
+        """Run on ``arrays`` (which repeat the bound call's shapes, dtypes, strides and aliasing) in a private
+        workspace; outputs the caller gave are checked against the op's overlap rule first."""
+        if self._written:
+            check_overlaps(self.op, tuple((n, arrays[i]) for n, i in self._written),
+                           tuple((n, arrays[i]) for n, i in self._read))
+        return self.run(np.empty(self._floats, np.float32) if self._floats else _NO_WORKSPACE, *arrays)
+
+    def __repr__(self) -> str:
+        return f"<Bound {self.plan}>"
+
+
+class Executor:
+    """What ``aclnnXxxGetWorkspaceSize`` returns: a ``Bound`` call and the arrays its first phase checked.
+
+    ``tensors`` are the op's (name, array) inputs, then its ``outputs`` last ones. A repeatable executor
+    (``aclSetAclOpExecutorRepeatable``) may have them replaced by arrays of the same shape and dtype
+    (``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr``).
     """
 
     def __init__(self, op: str, plan: tiling.Plan, run: Callable[..., Any],
                  tensors: tuple[tuple[str, Any], ...] = (), outputs: int = 0,
                  overlaps: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> None:
+        self.bound = Bound(op, plan, run, tuple(name for name, _ in tensors), outputs, overlaps)
         self.op = op
         self.plan = plan
-        self._kernel = run
         #: The op's (name, array) inputs and outputs, which a caller's workspace must not overlap.
         self.tensors = tensors
         self.outputs = outputs
-        #: The op's overlap rule as names (``_checks.check_overlaps``): outputs, and what they were checked against.
         self.overlaps = overlaps
         self.repeatable = False
         self.spent = False
 
-    def _run(self, workspace: np.ndarray):
-        return self._kernel(workspace, *[array for _, array in self.tensors])
+    def run(self):
+        """Run on the bound arrays in a private workspace: what the op returns."""
+        return self.bound(*[array for _, array in self.tensors])
 
     def replace(self, index: int, tensor, addr, output: bool, caller: str) -> None:
         """``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr``: the input (or output) ``index`` of a repeatable
@@ -76,12 +106,6 @@ class Executor:
         check_overlaps(self.op, tuple((n, named[n]) for n in written), tuple((n, named[n]) for n in read))
         self.tensors = tuple(tensors)
 
-    def run_with(self, arrays: list):
-        """Run with a private workspace on ``arrays`` (in the order of ``tensors``), which the caller has
-        matched to the bound ones (shapes and dtypes, None where they were None)."""
-        size = self.plan.workspace.user_bytes // 4
-        return self._kernel(np.empty(size, np.float32) if size else _NO_WORKSPACE, *arrays)
-
     @property
     def workspace_size(self) -> int:
         return self.plan.workspace.total_bytes
@@ -89,12 +113,8 @@ class Executor:
     def __repr__(self) -> str:
         return f"<Executor {self.plan}>"
 
-    def run_private(self):
-        """Run with a workspace of our own (the Pythonic layer): only the user part is allocated."""
-        return self.run_with([array for _, array in self.tensors])
 
-
-def launch(op: str, workspace, workspace_size, executor: Executor | None) -> None:
+def execute(op: str, workspace, workspace_size, executor: Executor | None) -> None:
     """The second phase: check the caller's workspace, then run in its user region. A one-shot executor is
     spent by its run (CANN frees it); a repeatable one runs until it is destroyed."""
     if executor is None:
@@ -136,65 +156,10 @@ def launch(op: str, workspace, workspace_size, executor: Executor | None) -> Non
 
 def _run_once(executor: Executor, workspace: np.ndarray) -> None:
     executor.spent = not executor.repeatable
-    executor._run(workspace)
+    executor.bound.run(workspace, *[array for _, array in executor.tensors])
 
 
 def _describe(value) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype} array of shape {value.shape}"
     return type(value).__name__
-
-
-#: Repeated call signatures an op keeps a prepared call for; past this many they are dropped and made anew.
-REPEATED_CALLS = 256
-
-
-def pythonic(bind: Callable[..., Executor]) -> Callable:
-    """The Pythonic op made of ``bind``, which checks a call and plans it into an Executor: the op runs that
-    executor at once, in a private workspace. ``bind`` stays reachable as the op's ``bind``, for
-    ``normkern.prepare``, which keeps the executor to run it again.
-
-    The lean path of repeated calls: a call whose arguments repeat an earlier call's signature (``call_key``:
-    array shapes, dtypes, strides and aliasing, every other value, and this context's default SoC and
-    determinism) runs as a prepared call of it, its arrays matched to the binding and its overlap rule
-    checked, with no re-planning. A signature is prepared the second time it is seen (a call that never
-    repeats costs nothing more); the results are the same bits either way."""
-    from ._config import _settings
-    from ._prepared import PreparedCall, call_key
-
-    op_name = bind.__module__.split(".")[-2]
-    soc_setting, deterministic_setting = _settings["soc"], _settings["deterministic"]
-    repeated: dict = {}
-    once: set = set()
-
-    @functools.wraps(bind)
-    def op(*args, **kwargs):
-        key = call_key(args, kwargs)
-        if key is not None:
-            key = (key, soc_setting.get(), deterministic_setting.get())
-            call = repeated.get(key)
-            if call is not None:
-                return call.repeat(args, kwargs)
-        executor = bind(*args, **kwargs)
-        if key is not None:
-            if key in once:
-                call = PreparedCall(op_name, args, kwargs, function=op, executor=executor)
-                if call.repeatable:
-                    if len(repeated) >= REPEATED_CALLS:
-                        repeated.clear()
-                    repeated[key] = call
-            else:
-                if len(once) >= REPEATED_CALLS:
-                    once.clear()
-                once.add(key)
-        return executor.run_private()
-
-    def forget() -> None:
-        """Drop every prepared call and every signature seen once."""
-        repeated.clear()
-        once.clear()
-
-    op.bind = bind
-    op.repeated = repeated
-    op.forget_repeated = forget
-    return op
