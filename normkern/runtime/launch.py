@@ -17,13 +17,13 @@ Nothing of the pool survives a fork: the child starts with an empty pool and mak
 first needs them. A launch that finds the pool busy (another Python thread's launch) runs every run on its
 own thread, in order; which thread runs a core changes no bit.
 
-Beside PyTorch (``normkern.torch`` calls :func:`join_openmp_team`), the runs go to the OpenMP thread team of
-the GNU OpenMP runtime PyTorch loaded, through its public ABI (``GOMP_parallel``): after each of its ops
-PyTorch's team spins, waiting for the next parallel region, and a second pool of threads would share the
-cores with those spinning threads; normkern's runs become that next region instead. The team is used for at
-most ``torch.get_num_threads()`` threads (a DataLoader worker's one thread runs every run itself), never in a
-process forked after it was joined (GNU OpenMP does not survive a fork), and a busy team (another Python
-thread's launch) leaves the launch to the pool.
+Beside PyTorch (loaded before or after normkern: the first launch that finds it joins; ``normkern.torch`` joins at
+import), the runs go to the OpenMP thread team of the GNU OpenMP runtime PyTorch loaded, through its public ABI
+(``GOMP_parallel``): after each of its ops PyTorch's team spins, waiting for the next parallel region, and a
+second pool of threads would share the cores with those spinning threads; normkern's runs become that next
+region instead. The team is used for at most ``torch.get_num_threads()`` threads (a DataLoader worker's one
+thread runs every run itself), never in a process forked from one that had PyTorch loaded (GNU OpenMP does not
+survive a fork), and a busy team (another Python thread's launch) leaves the launch to the pool.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -286,6 +287,9 @@ class OpenMPTeam:
 
 _pool = Pool()
 _team: OpenMPTeam | None = None
+#: Whether a launch may still join PyTorch's team when it finds PyTorch loaded (False once looked for in vain,
+#: and in a child forked from a process that had PyTorch).
+_may_join = True
 
 
 def loaded_openmp() -> str | None:
@@ -333,9 +337,20 @@ def launch(function, spans, *args) -> None:
     if len(runs) == 1:  # the calling thread alone
         function(*args, *runs[0])
         return
-    if _team is not None and _team.launch(function, runs, args):
+    team = _team if _team is not None or not _may_join else _torch_team()
+    if team is not None and team.launch(function, runs, args):
         return
     _pool.launch(function, runs, args)
+
+
+def _torch_team() -> OpenMPTeam | None:
+    """PyTorch's OpenMP team, joined when PyTorch is loaded (looked for once it is)."""
+    global _may_join
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "get_num_threads"):
+        return None
+    _may_join = False
+    return _team if join_openmp_team(torch.get_num_threads) else None
 
 
 def pool_size() -> int:
@@ -344,7 +359,8 @@ def pool_size() -> int:
 
 
 def _after_fork_in_child() -> None:
-    global _pool, _team
+    global _pool, _team, _may_join
+    _may_join = _may_join and "torch" not in sys.modules
     _pool = Pool()
     _team = None  # GNU OpenMP's team does not survive a fork
 

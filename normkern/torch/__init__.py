@@ -7,7 +7,8 @@ group norm layers whose backward runs normkern. Needs the ``[torch]`` extra.
   ``torch.nn``'s, planning for the ``host`` SoC unless ``soc=`` says otherwise.
 - ``set_threads_per_rank``: the Numba threads of each rank (default: its share of the cores).
 
-Importing it moves normkern's launches onto PyTorch's OpenMP thread team (``normkern.runtime.launch``).
+normkern's launches run on PyTorch's OpenMP thread team wherever PyTorch is loaded (``normkern.runtime.launch``);
+importing this module joins it at once.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Numba API in the package."""
 
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -24,6 +25,7 @@ def _own_pool(monkeypatch, request):
     """Launches on normkern's pool (a test of the OpenMP team joins it itself)."""
     if "team" not in request.node.name:
         monkeypatch.setattr(launch_module, "_team", None)
+        monkeypatch.setattr(launch_module, "_may_join", False)
 
 
 @pytest.fixture
@@ -164,6 +166,40 @@ def test_importing_normkern_torch_joins_its_openmp_team():
 
     assert launch_module.loaded_openmp() is not None  # PyTorch's Linux wheels bring GNU OpenMP
     assert launch_module.join_openmp_team(lambda: 2) and launch_module._team is not None
+
+
+_JOIN_WHEN_LOADED = """
+import os, sys
+import numpy as np
+import normkern
+from normkern import runtime
+work = lambda b, e: None
+runtime.launch(work, np.array([0, 1, 2]))
+before = runtime.launcher()
+if sys.argv[1] == "fork":
+    import torch
+    torch.ones(1 << 20).add_(1)
+    pid = os.fork()
+    if pid == 0:
+        runtime.launch(work, np.array([0, 1, 2]))
+        os._exit(0 if runtime.launcher() == "pool" else 1)
+    _, status = os.waitpid(pid, 0)
+    print(before, "child ok" if status == 0 else "child joined")
+else:
+    import torch
+    runtime.launch(work, np.array([0, 1, 2]))
+    print(before, runtime.launcher())
+"""
+
+
+@pytest.mark.parametrize("how", ["import", "fork"])
+def test_the_numpy_api_joins_pytorchs_team_once_pytorch_is_loaded_but_not_in_a_forked_child(how):
+    """normkern imported alone launches on its pool; the first launch after ``import torch`` joins PyTorch's
+    team (normkern.torch is not imported); a child forked from a process that had PyTorch keeps its pool."""
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-c", _JOIN_WHEN_LOADED, how], capture_output=True, text=True,
+                         check=True, timeout=300).stdout.split()
+    assert out == (["pool", "openmp"] if how == "import" else ["pool", "child", "ok"])
 
 
 def test_a_launch_on_the_team_runs_every_run_once_on_the_calling_thread_and_the_team(team):
