@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import registry
+from ..kernels.running import inverse_std, update_running
 from ..runtime.settings import DETERMINISTIC
 from . import _layout
 from ._tensors import to_numpy, to_tensor
@@ -148,15 +149,11 @@ class BatchNormStep:
         """torch.nn's running statistics update from the batch's ``mean`` and ``invstd`` (float32):
         ``running = running * (1 - factor) + batch * factor``, the variance unbiased (``* n / (n - 1)``). The
         batch variance is ``1 / (invstd * invstd) - eps``, as PyTorch's SyncBatchNorm derives it
-        (docs/torch.md). float32 buffers are updated in place through NumPy views (the same operations as
-        torch's ops on C floats), others by torch's ops."""
+        (docs/torch.md). float32 buffers are updated in place through their NumPy views by one compiled loop
+        (``kernels.running``: the same float32 operations as torch's ops), others by torch's ops."""
         keep, unbiased = 1.0 - factor, factor * self.count / (self.count - 1)
         if self._running_views is not None:
-            variance = np.reciprocal(invstd * invstd)
-            variance -= F32(self.eps)
-            for view, batch, weight in zip(self._running_views, (mean, variance), (factor, unbiased), strict=True):
-                view *= F32(keep)
-                view += batch * F32(weight)
+            update_running(*self._running_views, mean, invstd, F32(self.eps), F32(keep), F32(factor), F32(unbiased))
             return
         with torch.no_grad():
             m, r = torch.from_numpy(mean), torch.from_numpy(invstd)
@@ -181,9 +178,8 @@ class BatchNormStep:
         else:
             mean = array(self.running_mean.detach().to(torch.float32))
             var = array(self.running_var.detach().to(torch.float32))
-        invstd = var + F32(self.eps)
-        np.sqrt(invstd, out=invstd)
-        np.reciprocal(invstd, out=invstd)
+        invstd = np.empty(var.shape[0], F32)
+        inverse_std(var, F32(self.eps), invstd)
         return mean, invstd
 
     def eval_forward(self, x: np.ndarray, mean, invstd) -> np.ndarray:
