@@ -122,6 +122,7 @@ def test_launcher_beside_torch(environment, shape, monkeypatch):
     def after_torch(launcher):
         def run():
             monkeypatch.setattr(launch, "_team", launcher)
+            monkeypatch.setattr(launch, "_may_join", launcher is not None)  # the pool: no launch joins the team
             theirs()
             ours()
         return run
