@@ -2,9 +2,9 @@
 
 A public op (``normkern.batch_norm_stats``) runs a call in two steps: ``bind`` checks every rule in the CANN
 op_api order and plans, giving a ``Bound`` call (``executor.py``); the Bound runs the kernels on the call's
-arrays. ``Signatures`` keeps an op's Bound calls by the signature of their arguments (``signature``: every
-array's type, shape, dtype, strides, writeability and aliasing, every other value, and the context's default
-SoC and determinism), so a call that repeats an earlier one goes from the op's function to its Bound at the
+arrays. ``Signatures`` keeps an op's Bound calls by the signature of their arguments (every array's type,
+shape, dtype, strides, writeability and aliasing, every other value, and the context's default SoC and
+determinism), so a call that repeats an earlier one goes from the op's function to its Bound at the
 cost of a key and a dict look-up: the checks and the plan of the first call hold for it, bit for bit.
 
 ``normkern.prepare(op, *args, **kwargs)`` binds a call once and keeps it: calling the result with new arrays
@@ -27,17 +27,11 @@ from .settings import DETERMINISTIC, SOC
 REPEATED_CALLS = 256
 
 
-def signature(values: tuple) -> tuple:
-    """What a later call must repeat to run the Bound of this one: every array by exact type, shape, dtype,
-    strides, writeability and which earlier argument was the same array (by its first position); sequences
-    by their items; everything else as it is (with its type: 1, 1.0 and True differ); then the context's
-    default SoC and determinism. A key that holds a mutable value does not hash (``Signatures.find``); an
-    ndarray subclass raises TypeError here."""
-    return _describe_all(values, {}), SOC.get(), DETERMINISTIC.get()
-
-
 class Signatures:
-    """One op's Bound calls by ``signature``."""
+    """One op's Bound calls by the signature of their arguments: what a later call must repeat to run the
+    Bound of an earlier one. Every array by exact type, shape, dtype, strides, writeability and which earlier
+    argument was the same array (by its first position); sequences by their items; everything else as it is
+    (with its type: 1, 1.0 and True differ); then the context's default SoC and determinism."""
 
     def __init__(self) -> None:
         self._bound: dict = {}
@@ -46,7 +40,7 @@ class Signatures:
         """(the signature of ``values``, what runs its Bound call or None); the signature is None when it
         cannot be a key (a mutable value, an ndarray subclass): such a call is bound every time."""
         try:
-            key = (_describe_all(values, {}), SOC.get(), DETERMINISTIC.get())  # ``signature``, inline
+            key = (_describe_all(values, {}), SOC.get(), DETERMINISTIC.get())
             return key, self._bound.get(key)
         except TypeError:
             return None, None

@@ -23,11 +23,11 @@ class Bound:
     array: a later call of the same signature runs it on its own arrays (``calls.Signatures``), a prepared
     call (``normkern.prepare``) and an aclnn executor on theirs."""
 
-    __slots__ = ("op", "plan", "run", "names", "outputs", "overlaps", "entry", "_written", "_read", "_floats")
+    __slots__ = ("op", "plan", "run", "overlaps", "entry", "_written", "_read", "_floats")
 
     def __init__(self, op: str, plan: tiling.Plan, run: Callable[..., Any], names: tuple[str, ...],
-                 outputs: int, overlaps: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
-        self.op, self.plan, self.run, self.names, self.outputs = op, plan, run, names, outputs
+                 overlaps: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+        self.op, self.plan, self.run = op, plan, run
         #: The op's overlap rule as names (``checks.check_overlaps``): outputs, and what they were checked against.
         self.overlaps = overlaps
         self._written = tuple((name, names.index(name)) for name in overlaps[0])
@@ -60,15 +60,24 @@ class Executor:
     def __init__(self, op: str, plan: tiling.Plan, run: Callable[..., Any],
                  tensors: tuple[tuple[str, Any], ...] = (), outputs: int = 0,
                  overlaps: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())) -> None:
-        self.bound = Bound(op, plan, run, tuple(name for name, _ in tensors), outputs, overlaps)
-        self.op = op
-        self.plan = plan
+        self.bound = Bound(op, plan, run, tuple(name for name, _ in tensors), overlaps)
         #: The op's (name, array) inputs and outputs, which a caller's workspace must not overlap.
         self.tensors = tensors
         self.outputs = outputs
-        self.overlaps = overlaps
         self.repeatable = False
         self.spent = False
+
+    @property
+    def op(self) -> str:
+        return self.bound.op
+
+    @property
+    def plan(self) -> tiling.Plan:
+        return self.bound.plan
+
+    @property
+    def overlaps(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return self.bound.overlaps
 
     def run(self):
         """Run on the bound arrays in a private workspace: what the op returns."""

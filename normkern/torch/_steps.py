@@ -37,9 +37,10 @@ def array(tensor: torch.Tensor) -> np.ndarray:
         return to_numpy(tensor)
 
 
-def describe(tensor: torch.Tensor | None):
-    """A parameter or buffer as a step's key holds it: dtype, shape and storage address (None for None)."""
-    return None if tensor is None else (tensor.dtype, tensor.shape, tensor.data_ptr())
+def described(tensors) -> tuple:
+    """Parameters and buffers as a step's key holds them: each by dtype, shape and storage address (None for
+    None)."""
+    return tuple(None if t is None else (t.dtype, t.shape, t.data_ptr()) for t in tensors)
 
 
 def steps_of(module) -> dict:
@@ -70,13 +71,6 @@ def bound(op: str, *args, **kwargs):
     return registry.get(op, "normkern.torch").bind(*args, **kwargs).bound.entry
 
 
-def _f32(tensor: torch.Tensor | None):
-    """A per-channel tensor as a float32 array: a view of a float32 one, else None (converted on each call)."""
-    if tensor is None or tensor.dtype != torch.float32:
-        return None
-    return array(tensor.detach())
-
-
 class _Channel:
     """A per-channel parameter or buffer as the ops take it: float32, a view made once when it is float32
     (its address is in the step's key), else converted on each call from the tensor, which may have changed."""
@@ -84,7 +78,8 @@ class _Channel:
     __slots__ = ("tensor", "view")
 
     def __init__(self, tensor: torch.Tensor | None) -> None:
-        self.tensor, self.view = tensor, _f32(tensor)
+        self.tensor = tensor
+        self.view = array(tensor.detach()) if tensor is not None and tensor.dtype == torch.float32 else None
 
     def get(self):
         if self.view is not None or self.tensor is None:
@@ -95,8 +90,7 @@ class _Channel:
 def batch_norm_key(module, input: torch.Tensor, training: bool, tensors: tuple):
     """``tensors``: the layer's weight, bias, running_mean, running_var and num_batches_tracked."""
     return (input.shape, input.dtype, training, module.track_running_stats, module.momentum is None, module.eps,
-            module.soc, DETERMINISTIC.get(),
-            *[None if t is None else (t.dtype, t.shape, t.data_ptr()) for t in tensors])
+            module.soc, DETERMINISTIC.get(), described(tensors))
 
 
 class BatchNormStep:
@@ -128,7 +122,7 @@ class BatchNormStep:
         if self.training:
             self.stats = bound("batch_norm_stats", x, eps, soc=soc)
         self.elemt = bound("batch_norm_elemt", x, w, b, stats, stats, eps, soc=soc)
-        self._shapes = (x, w, stats)
+        self._samples = (x, w, stats)  # arrays of the call's types, for binding the backward's ops
 
     def count_batch(self) -> float:
         """``_contract.count_batch`` on the bound buffer: count the batch, return the update factor."""
@@ -165,7 +159,7 @@ class BatchNormStep:
         """(grad_input, grad_weight, grad_bias) arrays, None where ``mask`` is False."""
         run = self._backward.get(mask)
         if run is None:
-            sample, w, stats = self._shapes
+            sample, w, stats = self._samples
             run = self._backward[mask] = bound("fast_batch_norm_backward", sample, sample, w, None, None, stats,
                                                stats, True, self.eps, mask, soc=self.soc)
         return run(dy, x, self.weight.get(), None, None, mean, invstd, None, None, None)
@@ -208,7 +202,7 @@ class BatchNormStep:
         """``batch_norm_elemt`` without a bias (grad_input of the evaluation backward)."""
         run = self._backward.get("elemt")
         if run is None:
-            sample, w, stats = self._shapes
+            sample, w, stats = self._samples
             run = self._backward["elemt"] = bound("batch_norm_elemt", sample, w, None, stats, stats, self.eps,
                                                   soc=self.soc)
         return run
@@ -216,8 +210,7 @@ class BatchNormStep:
 
 def group_norm_key(module, input: torch.Tensor, weight, bias):
     return (input.shape, input.dtype, module.num_groups, module.eps, module.soc, DETERMINISTIC.get(),
-            None if weight is None else (weight.dtype, weight.shape, weight.data_ptr()),
-            None if bias is None else (bias.dtype, bias.shape, bias.data_ptr()))
+            described((weight, bias)))
 
 
 class GroupNormStep:

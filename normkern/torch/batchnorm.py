@@ -227,7 +227,7 @@ class _BatchNormTrainFunction(torch.autograd.Function):
         return grad_input, channel_grad(grad_weight, weight), channel_grad(grad_bias, weight), None, None, None
 
 
-def _local_forward(module, input: torch.Tensor, synchronized_world: bool = False) -> torch.Tensor:
+def _local_forward(module, input: torch.Tensor) -> torch.Tensor:
     """A local batch norm call (every layer but a SyncBatchNorm of a group of two or more ranks): on a step bound
     to the call's signature, made by the full checks on a new one; torch's own function for an empty batch, a
     torch.func transform, or a single running statistic."""
