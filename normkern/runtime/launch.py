@@ -160,6 +160,7 @@ class _Worker:
                 function(*args, begin, end)
             except BaseException as exc:  # handed to the launching thread
                 self.error = exc
+            function = args = None  # the launch's arrays are not kept alive while the worker waits for the next
             # posted from native code, with the GIL released: a launching thread that sees it finds the GIL free
             if post(flags, base + _DONE, seen, base + _SLEEPING):
                 with self.done:

@@ -122,7 +122,6 @@ class BatchNormStep:
         if self.training:
             self.stats = bound("batch_norm_stats", x, eps, soc=soc)
         self.elemt = bound("batch_norm_elemt", x, w, b, stats, stats, eps, soc=soc)
-        self._samples = (x, w, stats)  # arrays of the call's types, for binding the backward's ops
 
     def count_batch(self) -> float:
         """``_contract.count_batch`` on the bound buffer: count the batch, return the update factor."""
@@ -157,12 +156,12 @@ class BatchNormStep:
 
     def train_backward(self, dy: np.ndarray, x: np.ndarray, mean, invstd, mask):
         """(grad_input, grad_weight, grad_bias) arrays, None where ``mask`` is False."""
+        weight = self.weight.get()
         run = self._backward.get(mask)
-        if run is None:
-            sample, w, stats = self._samples
-            run = self._backward[mask] = bound("fast_batch_norm_backward", sample, sample, w, None, None, stats,
-                                               stats, True, self.eps, mask, soc=self.soc)
-        return run(dy, x, self.weight.get(), None, None, mean, invstd, None, None, None)
+        if run is None:  # bound on this call's arrays (a step keeps no array of a call)
+            run = self._backward[mask] = bound("fast_batch_norm_backward", dy, x, weight, None, None, mean, invstd,
+                                               True, self.eps, mask, soc=self.soc)
+        return run(dy, x, weight, None, None, mean, invstd, None, None, None)
 
     # --- evaluation -------------------------------------------------------------------------------------
     def eval_statistics(self) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +187,11 @@ class BatchNormStep:
             zeros = self._backward.get("zeros")
             if zeros is None:
                 zeros = self._backward["zeros"] = np.zeros_like(mean)
-            grad_input = self.elemt_backward()(dy, weight, None, zeros, invstd, None)
+            run = self._backward.get("elemt")
+            if run is None:  # batch_norm_elemt without a bias, a zero mean
+                run = self._backward["elemt"] = bound("batch_norm_elemt", dy, weight, None, zeros, invstd, self.eps,
+                                                      soc=self.soc)
+            grad_input = run(dy, weight, None, zeros, invstd, None)
         if weight is not None and (mask[1] or mask[2]):
             key = ("reduce", mask[1], mask[2])
             run = self._backward.get(key)
@@ -197,15 +200,6 @@ class BatchNormStep:
                                                   mask[1], mask[2], soc=self.soc)
             _, _, grad_weight, grad_bias = run(dy, x, mean, invstd, None, None, None, None, None)
         return grad_input, grad_weight, grad_bias
-
-    def elemt_backward(self):
-        """``batch_norm_elemt`` without a bias (grad_input of the evaluation backward)."""
-        run = self._backward.get("elemt")
-        if run is None:
-            sample, w, stats = self._samples
-            run = self._backward["elemt"] = bound("batch_norm_elemt", sample, w, None, stats, stats, self.eps,
-                                                  soc=self.soc)
-        return run
 
 
 def group_norm_key(module, input: torch.Tensor, weight, bias):

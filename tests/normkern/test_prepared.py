@@ -260,3 +260,21 @@ def test_a_call_that_differs_in_layout_setting_or_value_takes_the_full_path():
     read_only.flags.writeable = False
     with pytest.raises(normkern.InvalidParameterError, match="mean must be writeable"):
         op(strided, 1e-5, soc="host", out=(read_only, np.empty(3, np.float32)))
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
+def test_the_signature_cache_keeps_no_array_of_a_call_alive(record):
+    """A kept Bound holds the plan and the op's run, never the arrays of the call that bound it (nor does a
+    worker thread of the launch keep them while it waits)."""
+    import gc
+    import weakref
+
+    record.signatures.clear()
+    kw = _example(record)
+    refs = [weakref.ref(v) for v in kw.values() if isinstance(v, np.ndarray)]
+    for _ in range(2):
+        record.function(**kw, soc="host")
+    assert len(record.signatures) == 1 and refs
+    del kw
+    gc.collect()
+    assert all(ref() is None for ref in refs)

@@ -116,3 +116,27 @@ def test_half_running_statistics_are_updated_by_torch_ops():
             layer(x)
     assert torch.allclose(ours.running_mean.float(), theirs.running_mean.float(), atol=2e-3)
     assert torch.allclose(ours.running_var.float(), theirs.running_var.float(), atol=2e-2)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_step_keeps_no_input_or_gradient_alive(name, mode):
+    """The inputs over NumPy arrays of the test's own: a step that kept any view of their memory (a NumPy view,
+    a tensor) would keep those arrays alive."""
+    import gc
+    import weakref
+
+    import numpy as np
+
+    layer = LAYERS[name][0]()
+    getattr(layer, mode)()
+    refs = []
+    for seed in range(2):
+        memory = [_x(seed).numpy().copy(), np.ones((3, 4, 5, 5), np.float32)]
+        refs += [weakref.ref(a) for a in memory]
+        x, dy = (torch.from_numpy(a) for a in memory)
+        x.requires_grad_()
+        layer(x).backward(dy)
+        del x, dy, memory
+    gc.collect()
+    assert _steps(layer) == 1 and all(ref() is None for ref in refs)
