@@ -72,7 +72,13 @@ def _convert_out(value, originals):
         for v in value:
             if type(v) is np.ndarray:
                 original = originals.get(id(v))
-                v = original if original is not None else to_tensor(v)
+                if original is not None:
+                    v = original
+                else:
+                    try:
+                        v = torch.from_numpy(v)
+                    except TypeError:  # bfloat16
+                        v = to_tensor(v)
             results.append(v)
         return tuple(results)
     if type(value) is np.ndarray:
