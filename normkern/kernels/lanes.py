@@ -215,7 +215,7 @@ def _widen(builder, array_type, loaded, width):
 
 def _store_row(context, builder, array_type, value, mask, offset, width, result):
     """Lanes of the float32 vector ``result`` where ``mask`` holds stored at ``offset`` on in the row, rounded to
-    its dtype to nearest-even as ``_dtypes.from_f32`` rounds one element (bfloat16: NaN quieted, sign kept)."""
+    its dtype to nearest-even as ``dtypes.from_f32`` rounds one element (bfloat16: NaN quieted, sign kept)."""
     function, vector, align = _masked(builder, "store", array_type, width)
     if array_type.dtype == types.uint16:
         result = builder.bitcast(builder.fptrunc(result, ir.VectorType(ir.HalfType(), width)), vector)

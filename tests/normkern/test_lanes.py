@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from normkern.kernels import simulate as _simulate
+from normkern.kernels import simulate
 from normkern.kernels.dtypes import kernel_view
 from normkern.kernels.lanes import (
     accumulate,
@@ -103,7 +103,7 @@ def test_fold_halves_is_the_simulator_order(length):
     rng = np.random.default_rng(length)
     for used in sorted({length, length // 2, int(rng.integers(0, length + 1)), 0}):
         values = _fold_input(rng, length, used)
-        expected = _simulate.fold_halves(values)
+        expected = simulate.fold_halves(values)
         # the smallest buffer (tail step over memory) and fold_capacity's (tail step in registers up to 256)
         for size in (max(length, 64), fold_capacity(length)):
             buf = np.full(size, np.nan, np.float32)
@@ -130,7 +130,7 @@ def test_fold_is_the_pairwise_walk_and_leaves_its_lanes():
     for _ in range(50):
         lanes = _fold_input(rng, 64, 64)
         before = lanes.copy()
-        assert np.float32(_sum_lanes(lanes)).view(np.uint32) == np.float32(_simulate.pairwise64(before)).view(np.uint32)
+        assert np.float32(_sum_lanes(lanes)).view(np.uint32) == np.float32(simulate.pairwise64(before)).view(np.uint32)
         np.testing.assert_array_equal(lanes, before)
 
 
@@ -217,7 +217,7 @@ def test_short_row_sums_are_the_fold_halves_of_the_filled_buffers(dtype):
             products = ((x.astype(np.float32) * r) + neg_mr) * d
         got = _short_sums(kernel_view(dy), kernel_view(x), r, neg_mr, n, short_row_width(n))
         for value, row in zip(got, (d, products), strict=True):
-            want = _simulate.fold_halves(row)
+            want = simulate.fold_halves(row)
             assert np.float32(value).view(np.uint32) == np.float32(want).view(np.uint32) or (
                 np.isnan(value) and np.isnan(want)), (dtype, n)
 

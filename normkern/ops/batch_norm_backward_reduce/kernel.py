@@ -11,7 +11,7 @@ BatchNormStats' pass 1 does: 64 lanes per UB block, block sums in block order, a
 
 The lanes live in one array of the kernel's own, ``lanes[k, 0 or 1, j]``, indexed directly, and each row
 is added 64 elements at a time in one loop of constant trip count: LLVM then vectorizes it. (Lanes in
-views of a caller's array, or the four-chunk register loop of ``_lanes.accumulate`` beside it, left the
+views of a caller's array, or the four-chunk register loop of ``lanes.accumulate`` beside it, left the
 sums at half the speed or less.)
 """
 

@@ -5,7 +5,7 @@ Per channel ``c`` over the ``R = N*HxW`` elements (float32 throughout)::
     mean[c]   = S1 / R,  S1 = sum x
     invstd[c] = 1 / sqrt(S2 / R + eps),  S2 = sum (x - mean[c])^2
 
-Each sum follows the plan's tree: 64 lanes per UB block (``_lanes``), block sums in block order,
+Each sum follows the plan's tree: 64 lanes per UB block (``kernels.lanes``), block sums in block order,
 and for ``split_r``/``atomic`` per-core partials in the workspace, added in the given order
 (core order, or the arrival order of an atomic plan). The bodies run a run of the plan's cores
 ``[begin, end)`` (``normkern.runtime``); each core writes only its own channels or its own workspace

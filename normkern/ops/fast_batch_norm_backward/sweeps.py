@@ -167,7 +167,7 @@ def _dx_job_streamed(dy, x, dx, geo, c, first, count, mean, shift, k, scale, wei
 
 def _dx_job_streamed_float32(dy, x, dx, geo, c, first, count, mean, shift, k, scale, weight):
     """Each row's pieces of 1 KiB computed into an L1 scratch and their lines streamed out
-    (``_streaming``); the partial lines at the row's ends stored plainly; then a store fence."""
+    (``kernels.streaming``); the partial lines at the row's ends stored plainly; then a store fence."""
     scratch = np.empty(_STREAM_PIECE_BYTES // dx.itemsize, dx.dtype)
     for block in range(first, first + count):
         plane, hw0, hw_len, _ = _pass_extent(geo, block, block + 1)

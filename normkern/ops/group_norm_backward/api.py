@@ -189,7 +189,7 @@ def task_views(plan: GroupNormBackwardPlan, *tensors: np.ndarray) -> list[np.nda
 def task_statistics(plan: GroupNormBackwardPlan, mean, rstd, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """float32 mean and rstd per task (N*G,) and gamma (C,) (ones when None), widened exactly."""
     gam = np.ones(plan.c, F32) if gamma is None else np.array(gamma, dtype=F32).reshape(plan.c)
-    # copies: an output may be one of these very arrays (see _checks.check_overlaps)
+    # copies: an output may be one of these very arrays (see checks.check_overlaps)
     return np.array(mean, dtype=F32).reshape(-1), np.array(rstd, dtype=F32).reshape(-1), gam
 
 

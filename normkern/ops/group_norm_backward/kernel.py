@@ -179,7 +179,7 @@ def _dx_rows(dy_row, x_row, dx_row, n, mode, aligned, m, r, neg_mr, gamma, c1, c
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _short_dx(dy_row, x_row, dx_row, aligned, m, r, neg_mr, gamma, c1, c2):
-    """``_dx_rows`` of a mode-0 row of at most 256 elements in vector registers (``_lanes.short_row_dx_*``):
+    """``_dx_rows`` of a mode-0 row of at most 256 elements in vector registers (``lanes.short_row_dx_*``):
     the same formulas, factors and rounding; a short row's scalar remainder after a vector loop cost more
     than its vector part."""
     if aligned:
@@ -201,7 +201,7 @@ def _dx_streamed(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, 
 
 
 def _dx_streamed_float32(dy, x, dx, row, n, mode, aligned, m, r, neg_mr, gamma, c1, c2, scratch):
-    """``_dx_channel`` with the whole cache lines of dx written by streaming stores (``_streaming``):
+    """``_dx_channel`` with the whole cache lines of dx written by streaming stores (``kernels.streaming``):
     pieces of ``scratch.size`` elements computed into the L1 scratch, each of their lines streamed out;
     the elements before the row's first line boundary and after its last one stored plainly."""
     lines_start, lines_end = line_span(dx, row, n)
@@ -284,9 +284,9 @@ def _stage1_rows(width: int):
     """``stage1`` of a plan whose rows are filled and folded whole, as in modes 0-2 without prefetching and
     with plain dx stores (``stage1_body``): the same additions in the same order, with none of the general
     body's chunked rows, prefetching fill and streamed dx compiled in. A ``width`` (64, 128, 256: mode 0, rows
-    of at most that many elements and more than half of it, ``_lanes.short_row_width``; C_G of at most 64):
+    of at most that many elements and more than half of it, ``lanes.short_row_width``; C_G of at most 64):
     each row's two sums and its dx straight between the rows and vector registers
-    (``_lanes.short_row_sums*``, ``_short_dx``: no UB-like buffer), the group's folds in registers, no
+    (``lanes.short_row_sums*``, ``_short_dx``: no UB-like buffer), the group's folds in registers, no
     out-of-line fold compiled; 0: rows of any length through the UB-like buffers. The width is a closure
     constant, the closure's only value."""
     short = width > 0

@@ -51,7 +51,7 @@ def params(plan) -> np.ndarray:
 @njit(cache=True, error_model="numpy")
 def _load_sum(values, start, count, lanes):
     """A register holding ``values[start:start + count]`` (``count <= 64``), zero beyond, summed (its
-    Reduce<SUM>: the 64-lane pairwise fold, ``_lanes.fold``)."""
+    Reduce<SUM>: the 64-lane pairwise fold, ``lanes.fold``)."""
     for i in range(LANES):
         lanes[i] = values[start + i] if i < count else F32(0.0)
     return fold(lanes)
