@@ -26,17 +26,6 @@ MAX_STEPS = 16
 F32 = np.float32
 
 
-def array(tensor: torch.Tensor) -> np.ndarray:
-    """A CPU tensor as a NumPy view of its storage, detached (``Tensor.numpy()``; ``to_numpy`` for the ones it
-    refuses: bfloat16, a conjugate or negative view)."""
-    if tensor.requires_grad:
-        tensor = tensor.detach()
-    try:
-        return tensor.numpy()
-    except (RuntimeError, TypeError):
-        return to_numpy(tensor)
-
-
 def described(tensors) -> tuple:
     """Parameters and buffers as a step's key holds them: each by dtype, shape and storage address (None for
     None)."""
@@ -79,12 +68,12 @@ class _Channel:
 
     def __init__(self, tensor: torch.Tensor | None) -> None:
         self.tensor = tensor
-        self.view = array(tensor.detach()) if tensor is not None and tensor.dtype == torch.float32 else None
+        self.view = to_numpy(tensor) if tensor is not None and tensor.dtype == torch.float32 else None
 
     def get(self):
         if self.view is not None or self.tensor is None:
             return self.view
-        return array(self.tensor.detach().to(torch.float32))
+        return to_numpy(self.tensor.detach().to(torch.float32))
 
 
 def batch_norm_key(module, input: torch.Tensor, training: bool, tensors: tuple):
@@ -101,7 +90,7 @@ class BatchNormStep:
 
     def __init__(self, module, input: torch.Tensor, call) -> None:
         soc, eps = module.soc, module.eps
-        x = array(_layout.contiguous(input))
+        x = to_numpy(_layout.contiguous(input))
         channels = input.shape[1]
         self.training, self.eps, self.soc = call.training, eps, soc
         self.count = input.numel() // channels
@@ -110,11 +99,11 @@ class BatchNormStep:
         self._running_views = None
         if call.running_mean is not None and call.running_mean.dtype == torch.float32 and \
                 call.running_var.dtype == torch.float32:
-            self._running_views = (array(call.running_mean.detach()), array(call.running_var.detach()))
+            self._running_views = (to_numpy(call.running_mean), to_numpy(call.running_var))
         tracked = module.num_batches_tracked
         counts = module.training and module.track_running_stats and tracked is not None
         #: ``num_batches_tracked`` as a NumPy view (counted on each training call), or None (not counted)
-        self._tracked = array(tracked) if counts else None
+        self._tracked = to_numpy(tracked) if counts else None
         self._momentum = module.momentum
         self._backward: dict = {}
         stats = np.empty(channels, F32)
@@ -169,8 +158,8 @@ class BatchNormStep:
         if self._running_views is not None:
             mean, var = self._running_views
         else:
-            mean = array(self.running_mean.detach().to(torch.float32))
-            var = array(self.running_var.detach().to(torch.float32))
+            mean = to_numpy(self.running_mean.detach().to(torch.float32))
+            var = to_numpy(self.running_var.detach().to(torch.float32))
         invstd = np.empty(var.shape[0], F32)
         inverse_std(var, F32(self.eps), invstd)
         return mean, invstd
@@ -224,8 +213,8 @@ class GroupNormStep:
         if self.weight is None:
             return None
         if self._gamma is None and self.weight.dtype == _TORCH_DTYPE.get(like.dtype):
-            self._gamma = array(self.weight.detach())
-        return self._gamma if self._gamma is not None else array(self.weight.detach().to(_torch_dtype(like)))
+            self._gamma = to_numpy(self.weight)
+        return self._gamma if self._gamma is not None else to_numpy(self.weight.detach().to(_torch_dtype(like)))
 
     def backward(self, dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, mask):
         n, c, hxw, groups = self.shape

@@ -25,6 +25,10 @@ def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
     else unchanged. ``name`` (an int: a positional argument's position) names the tensor in an error."""
     if not isinstance(value, torch.Tensor):
         return value
+    try:  # a plain CPU tensor; numpy() refuses the others (conj or neg bit, bfloat16, another device)
+        return (value.detach() if value.requires_grad else value).numpy()
+    except (RuntimeError, TypeError):
+        pass
     if not value.is_cpu:
         raise InvalidParameterError(op, name if isinstance(name, str) else f"argument {name}", "must be a CPU tensor",
                                     f"a tensor on {value.device}")
@@ -39,9 +43,10 @@ def to_numpy(value, op: str = "normkern.torch", name: str = "tensor"):
 
 def to_tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor over ``array``'s memory (bfloat16 arrays as ``torch.bfloat16``)."""
-    if array.dtype.kind == "V":  # ml_dtypes' bfloat16, the one such dtype an op returns
+    try:
+        return torch.from_numpy(array)
+    except TypeError:  # ml_dtypes' bfloat16, the one dtype an op returns that torch.from_numpy refuses
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(array)
 
 
 #: Argument types that pass through unchanged (the scalars and flags the ops take).
@@ -54,10 +59,7 @@ def _convert_in(value, op, name, originals, outputs=False):
     if isinstance(value, torch.Tensor):
         if not outputs and not value.is_contiguous() and value.dim() >= 2:
             value = value.contiguous()  # a strided vector stays a view: the op may update it in place
-        try:  # a plain CPU tensor; numpy() refuses the others (conj or neg bit, bfloat16, device)
-            array = (value.detach() if value.requires_grad else value).numpy()
-        except (RuntimeError, TypeError):
-            array = to_numpy(value, op, name)
+        array = to_numpy(value, op, name)
         originals[id(array)] = value
         return array
     if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
@@ -72,13 +74,7 @@ def _convert_out(value, originals):
         for v in value:
             if type(v) is np.ndarray:
                 original = originals.get(id(v))
-                if original is not None:
-                    v = original
-                else:
-                    try:
-                        v = torch.from_numpy(v)
-                    except TypeError:  # bfloat16
-                        v = to_tensor(v)
+                v = original if original is not None else to_tensor(v)
             results.append(v)
         return tuple(results)
     if type(value) is np.ndarray:

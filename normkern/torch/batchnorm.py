@@ -25,7 +25,7 @@ from torch import nn
 
 from . import _contract, _layout, _steps, _threads
 from ._autograd import differentiable_backward, first_order_only
-from ._steps import BatchNormStep, array, channel_grad, input_grad_tensor, output_tensor
+from ._steps import BatchNormStep, channel_grad, input_grad_tensor, output_tensor
 from ._tensors import tensor_op, to_numpy
 
 _stats = tensor_op("batch_norm_stats")
@@ -133,7 +133,7 @@ class _BatchNormEvalFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         x, mean, invstd = ctx.arrays
         grad_input, grad_weight, grad_bias = step.eval_backward(
-            array(_layout.contiguous(grad_output)), x, mean, invstd, (need[0], need[1], need[2]))
+            to_numpy(_layout.contiguous(grad_output)), x, mean, invstd, (need[0], need[1], need[2]))
         if grad_input is not None:
             grad_input = input_grad_tensor(grad_input, input)
         return grad_input, channel_grad(grad_weight, weight), channel_grad(grad_bias, weight), None, None, None, None
@@ -220,7 +220,7 @@ class _BatchNormTrainFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         mask = (bool(need[0]), bool(need[1]) and weight is not None, bool(need[2]) and weight is not None)
         x, mean, invstd = ctx.arrays
-        grad_input, grad_weight, grad_bias = step.train_backward(array(_layout.contiguous(grad_output)), x, mean,
+        grad_input, grad_weight, grad_bias = step.train_backward(to_numpy(_layout.contiguous(grad_output)), x, mean,
                                                                  invstd, mask)
         if grad_input is not None:
             grad_input = input_grad_tensor(grad_input, input)
@@ -248,7 +248,7 @@ def _local_forward(module, input: torch.Tensor) -> torch.Tensor:
         step = _steps.keep(module, key, BatchNormStep(module, input, call))
     else:
         factor = step.count_batch()
-    x = array(_layout.contiguous(input))
+    x = to_numpy(_layout.contiguous(input))
     grad = torch.is_grad_enabled() and (input.requires_grad or _requires_grad(weight) or _requires_grad(bias))
     if step.training:
         if grad:

@@ -16,7 +16,8 @@ from torch import nn
 
 from . import _contract, _layout, _steps
 from ._autograd import differentiable_backward
-from ._steps import GroupNormStep, array, channel_grad, input_grad_tensor
+from ._steps import GroupNormStep, channel_grad, input_grad_tensor
+from ._tensors import to_numpy
 
 
 class _GroupNormFunction(torch.autograd.Function):
@@ -43,7 +44,8 @@ class _GroupNormFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         mask = (bool(need[0]), bool(need[1]) and weight is not None, bool(need[2]) and bias is not None)
         grad_input, grad_gamma, grad_beta = step.backward(
-            array(_layout.contiguous(grad_output)), array(_layout.contiguous(input)), array(mean), array(rstd), mask)
+            to_numpy(_layout.contiguous(grad_output)), to_numpy(_layout.contiguous(input)), to_numpy(mean),
+            to_numpy(rstd), mask)
         if grad_input is not None:
             grad_input = input_grad_tensor(grad_input, input)
         return grad_input, channel_grad(grad_gamma, weight), channel_grad(grad_beta, weight), None

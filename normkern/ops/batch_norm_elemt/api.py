@@ -88,26 +88,16 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
     check_arrival_seed(OP, arrival_seed)
     plan = planned(OP, lambda: tiling.plan_batch_norm_elemt(input.shape, data, spec, forced, stats_dtype=stats))
 
-    if plan.strategy is ElementwiseStrategy.EMPTY:
-        def run(workspace, input, weight, bias, mean, invstd, output):
-            return elementwise_output(output, input, None)
-
-        return Executor(OP, plan, run, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
-                                        ("invstd", invstd), ("output", output)), outputs=1, overlaps=overlaps)
-    args = kernel_args(plan)
-    size = math.prod(input.shape)
+    empty = plan.strategy is ElementwiseStrategy.EMPTY
+    args = None if empty else kernel_args(plan)
 
     def run(workspace, input, weight, bias, mean, invstd, output):
-        if output is None:  # a new output, C-contiguous: the kernel writes it directly
-            result = np.empty(input.shape, input.dtype)
-            compute(input, weight, bias, mean, invstd, kernel_view(result).reshape(size))
-            return result
-        return elementwise_output(output, input, lambda out: compute(input, weight, bias, mean, invstd, out))
+        def compute(out):
+            x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
+            launch(kernel.elemt, plan_spans(plan, lambda: args.core_count, 2 * x.nbytes, THREAD_BYTES), x, args,
+                   *channel_factors(plan, weight, bias, mean, invstd, eps), out)
 
-    def compute(input, weight, bias, mean, invstd, out):
-        x = kernel_view(np.ascontiguousarray(input)).reshape(size)
-        launch(kernel.elemt, plan_spans(plan, lambda: args.core_count, 2 * x.nbytes, THREAD_BYTES), x, args,
-               *channel_factors(plan, weight, bias, mean, invstd, eps), out)
+        return elementwise_output(output, input, None if empty else compute)
 
     return Executor(OP, plan, run, (("input", input), ("weight", weight), ("bias", bias), ("mean", mean),
                                     ("invstd", invstd), ("output", output)), outputs=1, overlaps=overlaps)

@@ -66,34 +66,27 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     plan = planned(OP, lambda: tiling.plan_batch_norm_stats(x.shape, dtype_name(x.dtype), spec, forced),
                    want_deterministic)
     eps32 = np.float32(eps)
-    if plan.strategy is BatchNormStatsStrategy.EMPTY:
-        def run(workspace: np.ndarray, x, mean, invstd) -> tuple[np.ndarray, np.ndarray]:
-            mean_out, invstd_out = f32_buffer(mean, channels), f32_buffer(invstd, channels)
-            mean_out.fill(0.0)
-            invstd_out.fill(np.nan)
-            write_back(((mean, mean_out), (invstd, invstd_out)))
-            return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
-
-        return Executor(OP, plan, run, (("input", x), ("mean", mean), ("invstd", invstd)), outputs=2,
-                        overlaps=overlaps)
-    args = kernel_args(plan)
+    empty = plan.strategy is BatchNormStatsStrategy.EMPTY
+    args = None if empty else kernel_args(plan)
     shape = (plan.n, plan.c, plan.hxw)
 
     def run(workspace: np.ndarray, x, mean, invstd) -> tuple[np.ndarray, np.ndarray]:
-        mean_out = np.empty(channels, np.float32) if mean is None else f32_buffer(mean, channels)
-        invstd_out = np.empty(channels, np.float32) if invstd is None else f32_buffer(invstd, channels)
-        x3 = kernel_view(np.ascontiguousarray(x)).reshape(shape)
-        spans = plan_spans(plan, lambda: args.core_count, x3.nbytes, THREAD_BYTES)
-        if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
-            launch(kernel.split_c, spans, x3, args, eps32, mean_out, invstd_out)
+        mean_out = f32_buffer(mean, channels)
+        invstd_out = f32_buffer(invstd, channels)
+        if empty:
+            mean_out.fill(0.0)
+            invstd_out.fill(np.nan)
         else:
-            order = arrival_order(plan, arrival_seed)
-            launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, False)
-            kernel.split_r_mean(workspace, args, order[0], mean_out)
-            launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, True)
-            kernel.split_r_invstd(workspace, args, order[1], eps32, invstd_out)
-        if mean is None and invstd is None:
-            return mean_out, invstd_out
+            x3 = kernel_view(np.ascontiguousarray(x)).reshape(shape)
+            spans = plan_spans(plan, lambda: args.core_count, x3.nbytes, THREAD_BYTES)
+            if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
+                launch(kernel.split_c, spans, x3, args, eps32, mean_out, invstd_out)
+            else:
+                order = arrival_order(plan, arrival_seed)
+                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, False)
+                kernel.split_r_mean(workspace, args, order[0], mean_out)
+                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, True)
+                kernel.split_r_invstd(workspace, args, order[1], eps32, invstd_out)
         write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 

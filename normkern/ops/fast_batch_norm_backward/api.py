@@ -220,8 +220,8 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         dy3, x3 = fused_views(plan, dy, x)
         direct = mask[0] and not plan.transposed and gi.dtype == x.dtype and gi.flags.c_contiguous
         dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape, x.dtype) if mask[0] else no_dx
-        gw = np.empty(channels, np.float32) if grad_weight is None else f32_buffer(grad_weight, channels)
-        gb = np.empty(channels, np.float32) if grad_bias is None else f32_buffer(grad_bias, channels)
+        gw = f32_buffer(grad_weight, channels)
+        gb = f32_buffer(grad_bias, channels)
         stream = direct and plan.training and row_bytes >= STREAM_MIN_ROW_BYTES and \
             worth_streaming(dx3, STREAM_MIN_BYTES)
         spans = phase_spans(plan, args, leads, dy3.nbytes + x3.nbytes + dx3.nbytes)
@@ -229,9 +229,6 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
                         scale, w, plan.training, mask[0], gw, gb, stream)
         if mask[0] and not direct:
             gi[...] = unfused_view(plan, dx3)
-        if grad_weight is None and grad_bias is None:  # new outputs: the buffers themselves, in grad_dtype
-            return (gi if mask[0] else None, gw.astype(grad_dtype, copy=False) if mask[1] else None,
-                    gb.astype(grad_dtype, copy=False) if mask[2] else None)
         results = [gi, grad_weight, grad_bias]
         for i, result, m in ((1, gw, mask[1]), (2, gb, mask[2])):
             if m and results[i] is None:
