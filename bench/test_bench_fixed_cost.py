@@ -55,7 +55,7 @@ def test_fixed_cost(environment, op):
     for run in runs.values():
         run()
         run()
-    times = interleaved_medians(runs, rounds=15)
+    times = interleaved_medians(runs, rounds=201, passes=3)  # single calls of microseconds: many of them
     row = {"op": op, "shape": "x".join(map(str, SHAPES[op]))}
     for name, (med, _) in times.items():
         row[f"{name}_us"] = round(med * 1e6, 1)

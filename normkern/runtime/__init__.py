@@ -24,8 +24,8 @@ from . import settings
 from .derived import derived, kernel_args
 from .launch import body, join_openmp_team, launch, launcher, pool_size, runs_of
 from .settings import MAX_THREADS, get_num_threads, set_num_threads
-from .threads import BYTES_PER_THREAD, plan_spans, thread_spans, threads_for
+from .threads import BYTES_PER_THREAD, call_runs, plan_spans, thread_spans, threads_for
 
-__all__ = ["BYTES_PER_THREAD", "MAX_THREADS", "body", "derived", "get_num_threads", "join_openmp_team",
+__all__ = ["BYTES_PER_THREAD", "MAX_THREADS", "body", "call_runs", "derived", "get_num_threads", "join_openmp_team",
            "kernel_args", "launch", "launcher", "plan_spans", "pool_size", "runs_of", "set_num_threads", "settings",
            "thread_spans", "threads_for"]

@@ -89,6 +89,7 @@ class PreparedCall:
         bound = self._bind(args, kwargs)
         executor = record.bind(*bound.args, **bound.kwargs)
         self._bound = executor.bound
+        self._entry = executor.bound.entry
         self._fixed = {k: v for k, v in bound.arguments.items() if k in registry.COMMON_KEYWORDS and k != "out"}
         positional = [p for p in self._signature.parameters.values() if p.kind in _POSITIONAL]
         self.parameters = tuple(p.name for p in positional)
@@ -154,7 +155,7 @@ class PreparedCall:
                         raise InvalidParameterError(self.op, self._flat_name(i), "must be the same array as "
                                                     f"{self._flat_name(group[0])}, as in the prepared call",
                                                     "another array")
-        return self._bound(*arrays)
+        return self._entry(*arrays)
 
     def _flat_name(self, index: int) -> str:
         count = len(self.parameters)
@@ -197,19 +198,21 @@ def _op_signature(function) -> inspect.Signature:
 
 def _describe_all(values, seen: dict[int, int]) -> tuple:
     parts = []
+    append = parts.append  # a repeated call's key is most of its fixed cost: Nones (unset options) first
     for value in values:
+        if value is None:
+            append(None)
+            continue
         kind = type(value)
         if kind is np.ndarray:
-            parts.append((value.shape, value.dtype, value.strides, value.flags.writeable,
-                          seen.setdefault(id(value), len(seen))))
-        elif value is None:
-            parts.append(None)
+            append((value.shape, value.dtype, value.strides, value.flags.writeable,
+                    seen.setdefault(id(value), len(seen))))
         elif kind is tuple or kind is list:
-            parts.append((kind, _describe_all(value, seen)))
+            append((kind, _describe_all(value, seen)))
         elif isinstance(value, np.ndarray):
             raise TypeError("an ndarray subclass")
         else:
-            parts.append((kind, value))
+            append((kind, value))
     return tuple(parts)
 
 

@@ -76,3 +76,19 @@ def plan_spans(plan: tiling.Plan, work, nbytes: int, per_thread: int = BYTES_PER
             runs = runs_of(thread_spans(rows, threads))
         table[threads] = runs
     return runs
+
+
+def call_runs(plan: tiling.Plan, work, nbytes: int, per_thread: int = BYTES_PER_THREAD):
+    """What a Bound call asks for its launch's runs: a function of no arguments giving :func:`plan_spans` for
+    this context's thread setting. A Bound's arrays have fixed shapes, so ``nbytes`` is fixed when it is bound;
+    the function keeps the runs per setting, so a repeated call pays one context read and one look-up."""
+    by_setting: dict = {}
+
+    def runs() -> tuple:
+        setting = THREADS.get()
+        found = by_setting.get(setting)
+        if found is None:
+            found = by_setting[setting] = plan_spans(plan, work, nbytes, per_thread)
+        return found
+
+    return runs

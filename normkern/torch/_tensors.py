@@ -92,11 +92,22 @@ def tensor_op(op: str):
     @functools.wraps(function)
     def call(*args, **kwargs):
         originals: dict[int, torch.Tensor] = {}
-        args = [a if type(a) in _PLAIN else _convert_in(a, op, i, originals) for i, a in enumerate(args)]
-        if kwargs:
-            kwargs = {k: v if type(v) in _PLAIN else _convert_in(v, op, k, originals, outputs=k == "out")
-                      for k, v in kwargs.items()}
-        return _convert_out(function(*args, **kwargs), originals)
+        arrays = []
+        for i, a in enumerate(args):  # a plain contiguous tensor, the common argument, converted here
+            if type(a) is torch.Tensor and not a.requires_grad and a.is_contiguous():
+                try:
+                    array = a.numpy()
+                except (RuntimeError, TypeError):  # bfloat16, conj/neg bits, not on the CPU: to_numpy's cases
+                    array = _convert_in(a, op, i, originals)
+                else:
+                    originals[id(array)] = a
+                arrays.append(array)
+            else:
+                arrays.append(a if type(a) in _PLAIN else _convert_in(a, op, i, originals))
+        for k, v in kwargs.items():
+            if type(v) not in _PLAIN:
+                kwargs[k] = _convert_in(v, op, k, originals, outputs=k == "out")
+        return _convert_out(function(*arrays, **kwargs), originals)
 
     call.__doc__ = f"``normkern.{op}`` on CPU tensors (any dtype it takes; bfloat16 included).\n\n" + (
         function.__doc__ or "")

@@ -12,7 +12,7 @@ from tiling import BatchNormElemtBackwardPlan, ElementwiseStrategy
 
 from ...errors import InvalidParameterError
 from ...kernels.dtypes import dtype_name, kernel_view
-from ...runtime import launch, plan_spans, settings
+from ...runtime import call_runs, launch, settings
 from ...runtime.buffers import elementwise_output
 from ...runtime.calls import Signatures
 from ...runtime.checks import (
@@ -102,13 +102,13 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
     plan = planned(OP, lambda: tiling.plan_batch_norm_backward_elemt(input.shape, data, spec, forced,
                                                                      stats_dtype=stats, devices=counter.size))
 
+    spans = call_runs(plan, lambda: kernel_args(plan).core_count, 3 * input.nbytes, THREAD_BYTES)
+
     def run(workspace, grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, grad_input):
         def compute(out):
             dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
             x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-            args = kernel_args(plan)
-            spans = plan_spans(plan, lambda: args.core_count, 3 * x.nbytes, THREAD_BYTES)
-            launch(kernel.elemt_backward, spans, dy, x, args,
+            launch(kernel.elemt_backward, spans(), dy, x, kernel_args(plan),
                    *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
 
         return elementwise_output(grad_input, input, None if plan.strategy is ElementwiseStrategy.EMPTY else compute)

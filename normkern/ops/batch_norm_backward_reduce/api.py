@@ -11,7 +11,7 @@ from tiling import BatchNormReduceBackwardStrategy
 
 from ...errors import InvalidParameterError
 from ...kernels.dtypes import dtype_name, kernel_view
-from ...runtime import launch, plan_spans, settings
+from ...runtime import call_runs, launch, settings
 from ...runtime.buffers import arrival_order, write_back
 from ...runtime.calls import Signatures
 from ...runtime.checks import (
@@ -89,6 +89,7 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
                                                                       forced), want_deterministic)
     stats_dtype = mean.dtype
     weight_dtype = stats_dtype if weight is None else weight.dtype
+    spans = call_runs(plan, lambda: kernel_args(plan).core_count, 2 * input.nbytes, THREAD_BYTES)
 
     def run(workspace, grad_out, input, mean, invstd, weight, *outputs):
         dtypes = (stats_dtype, stats_dtype, weight_dtype, weight_dtype)
@@ -107,11 +108,10 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
         s_dy = np.empty(channels, F32)
         s_p = np.empty(channels, F32)
         args = kernel_args(plan)
-        spans = plan_spans(plan, lambda: args.core_count, 2 * x3.nbytes, THREAD_BYTES)
         if plan.strategy is BatchNormReduceBackwardStrategy.SPLIT_C:
-            launch(kernel.split_c, spans, dy3, x3, args, shift, s_dy, s_p)
+            launch(kernel.split_c, spans(), dy3, x3, args, shift, s_dy, s_p)
         else:
-            launch(kernel.split_r, spans, dy3, x3, workspace, args, shift)
+            launch(kernel.split_r, spans(), dy3, x3, workspace, args, shift)
             kernel.add_partials(workspace, args, arrival_order(plan, arrival_seed), s_dy, s_p)
         xmu = s_p if plan.centered else s_p - mean32 * s_dy
         write_back(zip(targets, (s_dy, xmu, xmu * np.asarray(invstd, F32), s_dy), strict=True))

@@ -11,7 +11,7 @@ from tiling import BatchNormElemtPlan, ElementwiseStrategy
 
 from ...errors import InvalidParameterError
 from ...kernels.dtypes import dtype_name, kernel_view
-from ...runtime import launch, plan_spans, settings
+from ...runtime import call_runs, launch, settings
 from ...runtime.buffers import elementwise_output
 from ...runtime.calls import Signatures
 from ...runtime.checks import (
@@ -90,11 +90,12 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
 
     empty = plan.strategy is ElementwiseStrategy.EMPTY
     args = None if empty else kernel_args(plan)
+    spans = call_runs(plan, lambda: args.core_count, 2 * input.nbytes, THREAD_BYTES)
 
     def run(workspace, input, weight, bias, mean, invstd, output):
         def compute(out):
             x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-            launch(kernel.elemt, plan_spans(plan, lambda: args.core_count, 2 * x.nbytes, THREAD_BYTES), x, args,
+            launch(kernel.elemt, spans(), x, args,
                    *channel_factors(plan, weight, bias, mean, invstd, eps), out)
 
         return elementwise_output(output, input, None if empty else compute)

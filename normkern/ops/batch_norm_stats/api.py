@@ -9,7 +9,7 @@ from tiling import BatchNormStatsStrategy
 
 from ...errors import InvalidParameterError
 from ...kernels.dtypes import dtype_name, kernel_view
-from ...runtime import launch, plan_spans, settings
+from ...runtime import call_runs, launch, settings
 from ...runtime.buffers import arrival_order, f32_buffer, write_back
 from ...runtime.calls import Signatures
 from ...runtime.checks import (
@@ -69,6 +69,7 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
     empty = plan.strategy is BatchNormStatsStrategy.EMPTY
     args = None if empty else kernel_args(plan)
     shape = (plan.n, plan.c, plan.hxw)
+    spans = call_runs(plan, lambda: args.core_count, x.nbytes, THREAD_BYTES)
 
     def run(workspace: np.ndarray, x, mean, invstd) -> tuple[np.ndarray, np.ndarray]:
         mean_out = f32_buffer(mean, channels)
@@ -78,16 +79,16 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
             invstd_out.fill(np.nan)
         else:
             x3 = kernel_view(np.ascontiguousarray(x)).reshape(shape)
-            spans = plan_spans(plan, lambda: args.core_count, x3.nbytes, THREAD_BYTES)
             if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
-                launch(kernel.split_c, spans, x3, args, eps32, mean_out, invstd_out)
+                launch(kernel.split_c, spans(), x3, args, eps32, mean_out, invstd_out)
             else:
                 order = arrival_order(plan, arrival_seed)
-                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, False)
+                launch(kernel.split_r_sums, spans(), x3, workspace, args, mean_out, False)
                 kernel.split_r_mean(workspace, args, order[0], mean_out)
-                launch(kernel.split_r_sums, spans, x3, workspace, args, mean_out, True)
+                launch(kernel.split_r_sums, spans(), x3, workspace, args, mean_out, True)
                 kernel.split_r_invstd(workspace, args, order[1], eps32, invstd_out)
-        write_back(((mean, mean_out), (invstd, invstd_out)))
+        if mean is not None or invstd is not None:
+            write_back(((mean, mean_out), (invstd, invstd_out)))
         return (mean_out if mean is None else mean, invstd_out if invstd is None else invstd)
 
     return Executor(OP, plan, run, (("input", x), ("mean", mean), ("invstd", invstd)), outputs=2, overlaps=overlaps)

@@ -10,7 +10,7 @@ from tiling import FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
 from ...errors import InvalidParameterError
 from ...kernels.dtypes import dtype_name, kernel_view
 from ...kernels.streaming import worth_streaming
-from ...runtime import plan_spans, settings
+from ...runtime import call_runs, settings
 from ...runtime.buffers import f32_buffer, write_back
 from ...runtime.calls import Signatures
 from ...runtime.checks import (
@@ -74,9 +74,10 @@ def _check_attributes(training, eps, version) -> float:
     return eps
 
 
-def phase_spans(plan, args, leads, nbytes: int) -> tuple:
-    """Each phase's thread runs for a call touching ``nbytes`` (``runtime.plan_spans`` of ``phase_work``)."""
-    return plan_spans(plan, lambda: phase_work(args, leads), nbytes, THREAD_BYTES)
+def phase_spans(plan, args, leads, nbytes: int):
+    """What gives each phase's thread runs for a call touching ``nbytes`` (``runtime.call_runs`` of
+    ``phase_work``)."""
+    return call_runs(plan, lambda: phase_work(args, leads), nbytes, THREAD_BYTES)
 
 
 def phase_work(args, leads) -> tuple[np.ndarray, ...]:
@@ -212,6 +213,7 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
     leads = derived(plan, "phase_leads", lambda: kernel.phase_leads(args))
     row_bytes = (args.hw_block if args.split_hw else args.b1) * x.dtype.itemsize
     no_dx = np.empty((0, 0, 0), x.dtype)
+    spans = phase_spans(plan, args, leads, (3 if mask[0] else 2) * x.nbytes)
 
     def run(workspace: np.ndarray, dy, x, weight, running_mean, running_var, save_mean, save_invstd, grad_input,
             grad_weight, grad_bias):
@@ -224,8 +226,7 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
         gb = f32_buffer(grad_bias, channels)
         stream = direct and plan.training and row_bytes >= STREAM_MIN_ROW_BYTES and \
             worth_streaming(dx3, STREAM_MIN_BYTES)
-        spans = phase_spans(plan, args, leads, dy3.nbytes + x3.nbytes + dx3.nbytes)
-        kernel.backward(leads, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args, spans, mean,
+        kernel.backward(leads, kernel_view(dy3), kernel_view(x3), kernel_view(dx3), workspace, args, spans(), mean,
                         scale, w, plan.training, mask[0], gw, gb, stream)
         if mask[0] and not direct:
             gi[...] = unfused_view(plan, dx3)
