@@ -74,7 +74,8 @@ def test_the_op_table_is_the_support_table():
     words = {"all three": ("float32", "float16", "bfloat16"), "float32, float16": ("float32", "float16")}
     for entry in tiling.support_table():
         if entry.family == "DAV_2002":
-            assert not entry.dtypes   # "Atlas inference (Ascend310P3) has none of these ops"
+            # "Atlas inference (Ascend310P3) has none of these ops but batch_norm, which normkern does not plan there"
+            assert not entry.dtypes or (entry.op == "batch_norm" and entry.tiling is None)
             continue
         cell = shown.pop((entry.op, entry.family))
         if not entry.dtypes:

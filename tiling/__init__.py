@@ -3,6 +3,7 @@
 Pure Python (NumPy only for ``kernel_args``); it never imports numba or normkern.
 """
 
+from .batch_norm import BatchNormArgs, BatchNormPlan, BatchNormStrategy, plan_batch_norm
 from .batch_norm_backward_reduce import (
     BatchNormReduceBackwardPlan,
     BatchNormReduceBackwardStrategy,
@@ -72,6 +73,7 @@ __all__ = [
     "FastBatchNormBackwardPlan", "FastBatchNormBackwardStrategy", "plan_fast_batch_norm_backward",
     "GroupNormBackwardPlan", "GroupNormBackwardStrategy", "plan_group_norm_backward",
     "GatherStatsArgs", "GatherStatsPlan", "GatherStatsStrategy", "plan_batch_norm_gather_stats_with_counts",
+    "BatchNormArgs", "BatchNormPlan", "BatchNormStrategy", "plan_batch_norm",
     "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",
     "BatchNormReduceBackwardPlan", "BatchNormReduceBackwardStrategy", "plan_batch_norm_backward_reduce",
     "BatchNormElemtPlan", "BatchNormElemtBackwardPlan", "ElementwiseArgs", "ElementwisePlan", "ElementwiseStrategy",

@@ -65,6 +65,7 @@ ACLNN_NAMES: dict[str, str] = {
     "batch_norm_elemt": "aclnnBatchNormElemt",
     "batch_norm_backward_reduce": "aclnnBatchNormReduceBackward",
     "batch_norm_backward_elemt": "aclnnBatchNormElemtBackward",
+    "batch_norm": "aclnnBatchNorm",
 }
 
 
@@ -107,6 +108,12 @@ _TABLE: dict[tuple[str, str], Support] = {
         ATLAS_TRAINING: (NO_BF16, "modeled", "closed TBE SyncBatchNormBackwardElemt", True),
         ASCEND950: (ALL, "modeled", "arch35 elementwise kernel, key 0 (its split lives in ops-base)", True),
         HOST: (ALL, "modeled", "the elementwise split with the CPU's figures", True)}),
+    **_rows("batch_norm", {
+        A2_A3: (ALL, None, "BatchNormV3 (norm/batch_norm_v3) is not planned yet", True),
+        ATLAS_TRAINING: (NO_BF16, None, "the op_api's BNTrainingReduce/Update (closed TBE) are not planned", True),
+        ATLAS_INFERENCE: (NO_BF16, None, "the op_api's BNTrainingReduce/Update (closed TBE) are not planned", True),
+        ASCEND950: (ALL, None, "BatchNormV3 arch35 (norm/batch_norm_v3) is not planned yet", True),
+        HOST: (ALL, "modeled", "normkern's own: a channel's planes as one stream, staged in L2", True)}),
 }
 
 

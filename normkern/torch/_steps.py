@@ -15,9 +15,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import tiling
+
 from .. import registry
 from ..kernels.running import inverse_std, update_running
-from ..runtime.settings import DETERMINISTIC
+from ..runtime.settings import DETERMINISTIC, resolve_soc
 from . import _layout
 from ._tensors import to_numpy, to_tensor
 
@@ -78,15 +80,16 @@ class _Channel:
 
 def batch_norm_key(module, input: torch.Tensor, training: bool, tensors: tuple):
     """``tensors``: the layer's weight, bias, running_mean, running_var and num_batches_tracked."""
-    return (input.shape, input.dtype, training, module.track_running_stats, module.momentum is None, module.eps,
+    return (input.shape, input.dtype, training, module.track_running_stats, module.momentum, module.eps,
             module.soc, DETERMINISTIC.get(), described(tensors))
 
 
 class BatchNormStep:
-    """A batch norm layer bound to one signature: training on ``batch_norm_stats`` (the running statistics
-    updated as torch.nn does) and ``batch_norm_elemt``, ``fast_batch_norm_backward`` backward; evaluation on
-    ``batch_norm_elemt`` with the running statistics, ``batch_norm_elemt`` and ``batch_norm_backward_reduce``
-    backward."""
+    """A batch norm layer bound to one signature. Forward: ``batch_norm`` (one compiled call, the running
+    statistics updated in it) where the SoC has its plan (host), else ``batch_norm_stats`` (the running
+    statistics updated as torch.nn does) and ``batch_norm_elemt``, or ``batch_norm_elemt`` with the running
+    statistics in evaluation. Backward: ``fast_batch_norm_backward`` in training; ``batch_norm_elemt`` and
+    ``batch_norm_backward_reduce`` in evaluation."""
 
     def __init__(self, module, input: torch.Tensor, call) -> None:
         soc, eps = module.soc, module.eps
@@ -106,8 +109,20 @@ class BatchNormStep:
         self._tracked = to_numpy(tracked) if counts else None
         self._momentum = module.momentum
         self._backward: dict = {}
-        stats = np.empty(channels, F32)
         w, b = self.weight.get(), self.bias.get()
+        #: ``batch_norm`` bound, where the SoC has its plan: a forward in one call
+        self._fused = None
+        if tiling.support("batch_norm", resolve_soc(soc, "batch_norm")).runs:
+            # the op updates the running statistics when momentum is fixed; a cumulative average (momentum
+            # None: a factor that changes every step) is updated after it, from the batch's statistics
+            self._fused_running = None, None
+            if call.running_mean is not None and (not self.training or self._momentum is not None):
+                self._fused_running = to_numpy(call.running_mean), to_numpy(call.running_var)
+            self._fused_updates = self.training and self._fused_running[0] is not None
+            momentum = self._momentum if self._fused_updates else 0.0
+            self._fused = bound("batch_norm", x, w, b, *self._fused_running, self.training, momentum, eps, soc=soc)
+            return
+        stats = np.empty(channels, F32)
         if self.training:
             self.stats = bound("batch_norm_stats", x, eps, soc=soc)
         self.elemt = bound("batch_norm_elemt", x, w, b, stats, stats, eps, soc=soc)
@@ -122,6 +137,12 @@ class BatchNormStep:
     # --- training ---------------------------------------------------------------------------------------
     def train_forward(self, x: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(output, mean, invstd) of the batch; the running statistics updated with ``factor``."""
+        if self._fused is not None:
+            output, mean, invstd = self._fused(x, self.weight.get(), self.bias.get(), *self._fused_running, None,
+                                               None, None)
+            if self.running_mean is not None and not self._fused_updates:
+                self._update_running(mean, invstd, factor)
+            return output, mean, invstd
         mean, invstd = self.stats(x, None, None)
         if self.running_mean is not None:
             self._update_running(mean, invstd, factor)
@@ -153,7 +174,14 @@ class BatchNormStep:
         return run(dy, x, weight, None, None, mean, invstd, None, None, None)
 
     # --- evaluation -------------------------------------------------------------------------------------
-    def eval_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+    def eval_forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(output, mean, invstd) with the running statistics."""
+        if self._fused is not None:
+            return self._fused(x, self.weight.get(), self.bias.get(), *self._fused_running, None, None, None)
+        mean, invstd = self._eval_statistics()
+        return self.elemt(x, self.weight.get(), self.bias.get(), mean, invstd, None), mean, invstd
+
+    def _eval_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(mean, invstd) of the running statistics, float32: ``1 / sqrt(running_var + eps)``."""
         if self._running_views is not None:
             mean, var = self._running_views
@@ -163,9 +191,6 @@ class BatchNormStep:
         invstd = np.empty(var.shape[0], F32)
         inverse_std(var, F32(self.eps), invstd)
         return mean, invstd
-
-    def eval_forward(self, x: np.ndarray, mean, invstd) -> np.ndarray:
-        return self.elemt(x, self.weight.get(), self.bias.get(), mean, invstd, None)
 
     def eval_backward(self, dy: np.ndarray, x: np.ndarray, mean, invstd, mask):
         """(grad_input, grad_weight, grad_bias) with the running statistics: ``dy * invstd * weight`` (elemt

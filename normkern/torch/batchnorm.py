@@ -115,10 +115,11 @@ class _BatchNormEvalFunction(torch.autograd.Function):
     invstd * weight`` and the two sums of ``batch_norm_backward_reduce``."""
 
     @staticmethod
-    def forward(ctx, input, weight, bias, step, x, mean, invstd):
+    def forward(ctx, input, weight, bias, step, x):
+        output, mean, invstd = step.eval_forward(x)
         ctx.save_for_backward(input, weight, bias)
         ctx.step, ctx.arrays = step, (x, mean, invstd)
-        return output_tensor(step.eval_forward(x, mean, invstd), input)
+        return output_tensor(output, input)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -129,14 +130,14 @@ class _BatchNormEvalFunction(torch.autograd.Function):
             grads = differentiable_backward(
                 ctx, grad_output, lambda x, w, b: F.batch_norm(x, running_mean, running_var, w, b, False, 0.0, eps),
                 (input, weight, bias))
-            return (*grads, None, None, None, None)
+            return (*grads, None, None)
         need = ctx.needs_input_grad
         x, mean, invstd = ctx.arrays
         grad_input, grad_weight, grad_bias = step.eval_backward(
             to_numpy(_layout.contiguous(grad_output)), x, mean, invstd, (need[0], need[1], need[2]))
         if grad_input is not None:
             grad_input = input_grad_tensor(grad_input, input)
-        return grad_input, channel_grad(grad_weight, weight), channel_grad(grad_bias, weight), None, None, None, None
+        return grad_input, channel_grad(grad_weight, weight), channel_grad(grad_bias, weight), None, None
 
 
 class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -254,10 +255,9 @@ def _local_forward(module, input: torch.Tensor) -> torch.Tensor:
         if grad:
             return _BatchNormTrainFunction.apply(input, weight, bias, step, x, factor)
         return output_tensor(step.train_forward(x, factor)[0], input)
-    mean, invstd = step.eval_statistics()
     if grad:
-        return _BatchNormEvalFunction.apply(input, weight, bias, step, x, mean, invstd)
-    return output_tensor(step.eval_forward(x, mean, invstd), input)
+        return _BatchNormEvalFunction.apply(input, weight, bias, step, x)
+    return output_tensor(step.eval_forward(x)[0], input)
 
 
 def _requires_grad(tensor) -> bool:

@@ -63,7 +63,7 @@ def test_report_json_and_bad_arguments():
     data = json.loads(report.to_json())
     assert data["deterministic"] is True and data["configurations"][0]["outputs"]["mean"]["distinct"] == 1
     with pytest.raises(normkern.InvalidParameterError, match=r"check_determinism\] op must be one of "
-                                                         "batch_norm_backward_elemt, batch_norm_backward_reduce, "):
+                                                         "batch_norm, batch_norm_backward_elemt, "):
         check_determinism("layer_norm", {}, runs=1)
     with pytest.raises(normkern.InvalidParameterError, match="runs must be a positive int"):
         check_determinism("batch_norm_stats", {}, runs=0)
