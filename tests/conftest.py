@@ -57,3 +57,15 @@ settings.register_profile("normkern", deadline=None, max_examples=100)
 # Long fuzzing runs: python -m pytest tests/normkern/test_fuzz.py --hypothesis-profile=fuzz
 settings.register_profile("fuzz", deadline=None, max_examples=3000)
 settings.load_profile("normkern")
+
+
+@pytest.fixture
+def host_templates(monkeypatch):
+    """FastBatchNormBackward's BatchNormGradV3 templates' host model chosen on a host SoC (normkern's own ``planes``
+    plan passed over), as a test of that model needs."""
+    import tiling
+
+    monkeypatch.setattr(tiling.fast_batch_norm_backward, "HOST_OWN_PLAN", False)
+    tiling.fast_batch_norm_backward._plan_cached.cache_clear()
+    yield
+    tiling.fast_batch_norm_backward._plan_cached.cache_clear()

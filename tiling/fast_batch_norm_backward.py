@@ -123,6 +123,7 @@ FLOAT32_BYTES = 4
 
 class FastBatchNormBackwardStrategy(enum.Enum):
     EMPTY = "empty"
+    PLANES = "planes"
     FULL_LOAD = "full_load"
     SPLIT_LOAD_CROSS_CORE = "split_load_cross_core"
     SPLIT_LOAD = "split_load"
@@ -203,6 +204,25 @@ class FastBatchNormBackwardArgs(NamedTuple):
     phase_core_jobs: np.ndarray    # (phases, block_dim + 1): core k's jobs of phase p are [row[k], row[k+1])
     dbias_offset: int              # float32 offsets of the cross-core partial slots (8 floats a core)
     dweight_offset: int
+
+
+class PlanesArgs(NamedTuple):
+    """What the host ``planes`` kernel receives: the (N, C, HxW) dims, the rows and groups of a channel, and each
+    core's channels."""
+
+    n: int
+    c: int
+    hxw: int
+    row_elems: int          # a row: a plane, or a CHUNK_ELEMS piece of one longer
+    segs_per_plane: int
+    rows_per_group: int
+    core_start: np.ndarray
+    core_count: np.ndarray
+
+
+#: Elements a ``planes`` group of rows holds at most (unless one row is that long): the lanes' share
+#: before a fold; the same constant as BatchNorm's chunk, so the two host orders sum alike.
+CHUNK_ELEMS = 16384
 
 
 def _fceil_div(numerator: int, denominator: int) -> int:
@@ -414,6 +434,8 @@ class FastBatchNormBackwardPlan(Plan):
     b_align: int = unit("elements", "b1Align * B0")
 
     def tiling_data_class(self) -> type[TilingData]:
+        if self.strategy is S.PLANES:
+            raise ValueError("a planes plan (normkern's own) has no CANN TilingData")
         return {S.FULL_LOAD: FullLoadTilingData, S.SPLIT_LOAD: SplitLoadTilingData,
                 S.SPLIT_LOAD_CROSS_CORE: SplitLoadCrossCoreTilingData}[self.strategy]
 
@@ -430,15 +452,24 @@ class FastBatchNormBackwardPlan(Plan):
 
     @property
     def hw_blocks(self) -> int:
+        if self.strategy is S.PLANES:
+            return -(-self.b1 // CHUNK_ELEMS)
         return self.tiling_data["bUbLoop"] if self.split_hw else 1
 
     @property
     def blocks_per_channel(self) -> int:
-        """blocks of one channel: planes, or planes x HW chunks when splitting HW [blocks]"""
+        """blocks of one channel: planes, or planes x HW chunks when splitting HW (planes: rows) [blocks]"""
         return self.b0 * self.hw_blocks
 
     @property
+    def rows_per_group(self) -> int:
+        """planes: the rows (planes, or CHUNK_ELEMS pieces of longer ones) the lanes take before a fold"""
+        return max(1, CHUNK_ELEMS // self.b1) if self.b1 <= CHUNK_ELEMS else 1
+
+    @property
     def planes_per_pass(self) -> int:
+        if self.strategy is S.PLANES:
+            return 1
         if self.strategy is S.FULL_LOAD:
             return self.b0
         return 1 if self.split_hw else self.tiling_data["b0UbBlock"]
@@ -454,6 +485,8 @@ class FastBatchNormBackwardPlan(Plan):
         """elements of the UB buffer a ReduceSum folds (bAlign for full load, else bUbBlock) [elements]"""
         if self.strategy is S.EMPTY:
             return 0
+        if self.strategy is S.PLANES:
+            return LANES
         return self.b_align if self.strategy is S.FULL_LOAD else self.tiling_data["bUbBlock"]
 
     @property
@@ -462,6 +495,8 @@ class FastBatchNormBackwardPlan(Plan):
         parts = []
         if self.strategy is S.EMPTY:
             return "none: nothing to compute"
+        if self.strategy is S.PLANES:
+            return f"one: {self.a} channels on {self.block_dim} cores, each reduced and its dx written while hot"
         for phase in sorted({job.phase for job in self.jobs()}):
             jobs = [job for job in self.jobs() if job.phase == phase]
             channels = sum(job.channel_count for job in jobs if job.group_first == job.core)
@@ -478,7 +513,8 @@ class FastBatchNormBackwardPlan(Plan):
 
     def shares(self) -> tuple[Share, ...]:
         """Each job: its channels x its blocks, a UB pass every ``pass_step`` blocks from its first."""
-        step = pass_step(self.passes) if self.strategy is not S.EMPTY else 1
+        step = self.rows_per_group if self.strategy is S.PLANES else \
+            pass_step(self.passes) if self.strategy is not S.EMPTY else 1
         return tuple(Share(job.core, job.phase, (job.channel_start, job.channel_start + job.channel_count),
                            (job.block_start, job.block_start + job.block_count),
                            tuple(range(job.block_start + step, job.block_start + job.block_count, step)))
@@ -489,7 +525,7 @@ class FastBatchNormBackwardPlan(Plan):
         if self.strategy is S.EMPTY:
             return ()
         td, blocks = self.tiling_data, self.blocks_per_channel
-        if self.strategy is not S.SPLIT_LOAD_CROSS_CORE:
+        if self.strategy in (S.PLANES, S.FULL_LOAD, S.SPLIT_LOAD):
             return tuple(Job(0, core, start, count, 0, blocks, core, 1)
                          for core, (start, count) in enumerate(self.core_split.ranges()))
         cores, jobs, channel = td["coreNum"], [], 0
@@ -516,6 +552,11 @@ class FastBatchNormBackwardPlan(Plan):
         if self.strategy is S.EMPTY:
             if prod(self.shape):
                 raise ValueError("an empty plan for a non-empty problem")
+            return
+        if self.strategy is S.PLANES:
+            if self.tiling_data is not None or self.transposed or self.core_split.total != self.a:
+                raise ValueError("a planes plan has no TilingData, no transposition and splits the channels")
+            self._check_coverage()
             return
         if type(self.tiling_data) is not self.tiling_data_class():
             raise ValueError(f"tiling_data must be a {self.tiling_data_class().struct}")
@@ -570,11 +611,19 @@ class FastBatchNormBackwardPlan(Plan):
         td = self.tiling_data
         if self.strategy is S.EMPTY:
             return "-"
+        if self.strategy is S.PLANES:
+            return f"{self.rows_per_group} rows a fold"
         if self.strategy is S.FULL_LOAD:
             return f"{td['cUbBlock']}ch {self.dtype}"
         return f"bUbBlock={td['bUbBlock']} {self.dtype}"
 
-    def kernel_args(self) -> FastBatchNormBackwardArgs:
+    def kernel_args(self) -> FastBatchNormBackwardArgs | PlanesArgs:
+        if self.strategy is S.PLANES:
+            ranges = self.core_split.ranges()
+            return PlanesArgs(n=self.b0, c=self.a, hxw=self.b1, row_elems=min(self.b1, CHUNK_ELEMS),
+                              segs_per_plane=self.hw_blocks, rows_per_group=self.rows_per_group,
+                              core_start=np.array([s for s, _ in ranges], np.int64),
+                              core_count=np.array([k for _, k in ranges], np.int64))
         jobs = self.jobs()
         phases = max(job.phase for job in jobs) + 1
         offsets = np.zeros((phases, self.block_dim + 1), np.int64)
@@ -609,6 +658,20 @@ def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchN
             core_split=Split.even(0, cores), tree=ReductionTree(()), workspace=WorkspaceLayout(0, 0),
             rejected=rejected, tiling_data=None, shape=p.shape, dtype=p.dtype, weight_dtype=p.weight_dtype,
             training=p.training, transposed=False, b0=b0, a=a, b1=b1, b1_align=0, b_align=0)
+    if strategy is S.PLANES:  # normkern's own: the op_api's transposition is CANN's, not needed here
+        n, c, hxw = p.shape[0], p.shape[1], prod(p.shape[2:])
+        core_split = Split.even(c, cores)
+        rows = n * -(-hxw // CHUNK_ELEMS)
+        group = max(1, CHUNK_ELEMS // hxw) if hxw <= CHUNK_ELEMS else 1
+        levels = (ReduceLevel("lanes", Combine.PAIRWISE, LANES, "64 interleaved float32 lanes over a group's rows, "
+                              "each row from lane 0, folded 32+32 .. 1+1"),
+                  ReduceLevel("groups", Combine.SEQUENTIAL, -(-rows // group), "a channel's group sums in order"))
+        return FastBatchNormBackwardPlan(
+            soc=p.soc, strategy=strategy, source="modeled", tiling_key=None, block_dim=core_split.parts,
+            core_split=core_split, tree=ReductionTree(levels, LaneOrder.INTERLEAVED),
+            workspace=WorkspaceLayout(p.soc.system_workspace_bytes, 0), rejected=rejected, tiling_data=None,
+            shape=p.shape, dtype=p.dtype, weight_dtype=p.weight_dtype, training=p.training, transposed=False,
+            b0=n, a=c, b1=hxw, b1_align=p.b1_align, b_align=p.b1_align * n)
     fold = ReduceLevel("lanes", Combine.PAIRWISE, LANES,
                        "ReduceSum of the buffer: fold halves down to 64, then pairwise (A2 order, modeled)")
     regions: tuple = ()
@@ -660,6 +723,19 @@ def _not_empty(strategy: S, check):
     return checked
 
 
+#: Whether a host SoC plans ``planes`` unless another strategy is asked for (tests of the templates' host model
+#: turn it off to have the templates chosen at small shapes).
+HOST_OWN_PLAN = True
+
+
+def _check_planes(p):
+    if p.soc.arch != HOST:
+        return Rejection("planes", f"normkern's own CPU plan; {p.soc.name} runs the BatchNormGradV3 templates", True)
+    if not HOST_OWN_PLAN:
+        return Rejection("planes", "the BatchNormGradV3 templates' host model was asked for", False)
+    return None
+
+
 def _plane_passes(p) -> bool:
     """Whether the host model takes one plane a UB pass (``HOST_PLANE_PASS_MAX``)."""
     return p.soc.arch == HOST and p.fused[2] <= HOST_PLANE_PASS_MAX
@@ -686,12 +762,20 @@ def _check_cross_core(p):
     return None
 
 
-REGISTRY = StrategyRegistry(OP, S, tuple(
-    Strategy(s, check, lambda p, r, s=s: _build(p, s, r))
-    for s, check in ((S.EMPTY, _check_empty), (S.FULL_LOAD, _not_empty(S.FULL_LOAD, _check_full_load)),
-                     (S.SPLIT_LOAD_CROSS_CORE, _not_empty(S.SPLIT_LOAD_CROSS_CORE, _check_cross_core)),
-                     (S.SPLIT_LOAD, _not_empty(S.SPLIT_LOAD, lambda p: None)))
-))
+_CHECKS = {S.EMPTY: _check_empty, S.PLANES: _not_empty(S.PLANES, _check_planes),
+           S.FULL_LOAD: _not_empty(S.FULL_LOAD, _check_full_load),
+           S.SPLIT_LOAD_CROSS_CORE: _not_empty(S.SPLIT_LOAD_CROSS_CORE, _check_cross_core),
+           S.SPLIT_LOAD: _not_empty(S.SPLIT_LOAD, lambda p: None)}
+
+
+def _registry(order: tuple[S, ...]) -> StrategyRegistry:
+    return StrategyRegistry(OP, S, tuple(Strategy(s, _CHECKS[s], lambda p, r, s=s: _build(p, s, r)) for s in order))
+
+
+#: The NPUs' order: CANN's templates (``planes`` last, which split_load always precedes: only asked for, refused);
+#: the host's: normkern's own plan first, the templates' host model when asked for.
+REGISTRY = _registry((S.EMPTY, S.FULL_LOAD, S.SPLIT_LOAD_CROSS_CORE, S.SPLIT_LOAD, S.PLANES))
+HOST_REGISTRY = _registry((S.EMPTY, S.PLANES, S.FULL_LOAD, S.SPLIT_LOAD_CROSS_CORE, S.SPLIT_LOAD))
 
 
 def plan_fast_batch_norm_backward(shape, dtype="float32", soc: str | SocSpec | None = None,
@@ -716,4 +800,5 @@ def _plan_cached(shape, dtype, weight, var, training, soc, strategy, epsilon):
     if (dtype, weight, var) not in VALID_DTYPES:
         raise TilingError(f"[{OP}] dtypes (dy, weight, running_var) = ({dtype}, {weight}, {var}) are not a "
                           "supported combination")
-    return REGISTRY.plan(FastBatchNormBackwardProblem(shape, dtype, weight, var, training, soc, epsilon), strategy)
+    registry = HOST_REGISTRY if soc.arch == HOST else REGISTRY
+    return registry.plan(FastBatchNormBackwardProblem(shape, dtype, weight, var, training, soc, epsilon), strategy)

@@ -55,6 +55,7 @@ def a2_templates(monkeypatch):
     """SMALL is a host-arch SoC with a small UB, to run the A2 templates at small shapes: the host model's
     one-plane passes (``HOST_PLANE_PASS_MAX``) are turned off while a test plans on it."""
     monkeypatch.setattr(tiling.fast_batch_norm_backward, "HOST_PLANE_PASS_MAX", 0)
+    monkeypatch.setattr(tiling.fast_batch_norm_backward, "HOST_OWN_PLAN", False)
     tiling.fast_batch_norm_backward._plan_cached.cache_clear()
     yield
     tiling.fast_batch_norm_backward._plan_cached.cache_clear()
@@ -153,6 +154,42 @@ PLANE_CASES = [
 ]
 
 
+#: (shape, why): the host's own ``planes`` plan
+OWN_CASES = [
+    ((8, 16, 7, 7), "7x7 planes, two sweeps of four"),
+    ((7, 3, 14, 14), "a sweep of four and three planes one at a time"),
+    ((3, 4, 20000), "planes cut into two segments of at most 16384"),
+    ((6, 5), "rank 2: planes of one element"),
+    ((1, 6, 1, 1), "one plane of one element"),
+    ((5, 2, 3, 40), "rank 4, planes of 120"),
+]
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "infer"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape, why", OWN_CASES, ids=[c[1] for c in OWN_CASES])
+def test_the_hosts_own_plan_equals_the_simulator(shape, why, dtype, training):
+    plan, inputs, got, expected = run_both(shape, dtype, "host", training, seed=sum(shape))
+    assert plan.strategy is tiling.FastBatchNormBackwardStrategy.PLANES and plan.deterministic, plan
+    for name, a, b in zip(("grad_input", "grad_weight", "grad_bias"), got, expected, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, plan)
+    assert_close_to_reference(inputs, got, training, dtype)
+
+
+def test_the_hosts_own_plan_gives_the_same_bits_on_any_split(threads):
+    """Cores own whole channels: 1, 2 or 8 cores, one thread or all, one answer."""
+    host = tiling.get_soc("host")
+    dy, x, w, rm, rv, sm, si = make_problem((9, 11, 6, 6), "float32", seed=4)
+    want = normkern.fast_batch_norm_backward(dy, x, w, rm, rv, sm, si, True, EPS, soc="host")
+    for cores in (1, 2, 8):
+        soc = dataclasses.replace(host, vector_cores=cores)
+        for count in sorted({1, normkern.get_num_threads()}):
+            threads(count)
+            got = normkern.fast_batch_norm_backward(dy, x, w, rm, rv, sm, si, True, EPS, soc=soc)
+            assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.usefixtures("host_templates")
 @pytest.mark.parametrize("training", [True, False], ids=["train", "infer"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape, why", PLANE_CASES, ids=[c[1] for c in PLANE_CASES])

@@ -10,7 +10,7 @@ from tiling import FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
 from ...errors import InvalidParameterError
 from ...kernels.dtypes import dtype_name, kernel_view
 from ...kernels.streaming import worth_streaming
-from ...runtime import call_runs, settings
+from ...runtime import call_runs, launch, settings
 from ...runtime.buffers import f32_buffer, write_back
 from ...runtime.calls import Signatures
 from ...runtime.checks import (
@@ -30,7 +30,7 @@ from ...runtime.checks import (
 )
 from ...runtime.derived import derived, kernel_args
 from ...runtime.executor import Executor
-from . import kernel
+from . import host, kernel
 
 OP = "fast_batch_norm_backward"
 #: Bytes read and written a thread must have to pay for its launch (docs/performance.md,
@@ -210,6 +210,10 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
                                                                     epsilon=eps))
     grad_dtype = weight.dtype if weight is not None else x.dtype
     args = kernel_args(plan)
+    if plan.strategy is FastBatchNormBackwardStrategy.PLANES:
+        return Executor(OP, plan, _planes_run(plan, args, mask, channels, grad_dtype, eps, x),
+                        _tensors(dy, x, weight, running_mean, running_var, save_mean, save_invstd, grad_input,
+                                 grad_weight, grad_bias), outputs=3, overlaps=overlaps)
     leads = derived(plan, "phase_leads", lambda: kernel.phase_leads(args))
     row_bytes = (args.hw_block if args.split_hw else args.b1) * x.dtype.itemsize
     no_dx = np.empty((0, 0, 0), x.dtype)
@@ -239,6 +243,34 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
 
     return Executor(OP, plan, run, _tensors(dy, x, weight, running_mean, running_var, save_mean, save_invstd,
                                             grad_input, grad_weight, grad_bias), outputs=3, overlaps=overlaps)
+
+
+def _planes_run(plan, args, mask, channels, grad_dtype, eps, x):
+    """The Bound run of a ``planes`` plan (the host's): one body over the channels (``host.planes``)."""
+    spans = call_runs(plan, lambda: args.core_count, (3 if mask[0] else 2) * x.nbytes, THREAD_BYTES)
+    no_dx = np.empty(0, x.dtype)
+
+    def run(workspace, dy, x, weight, running_mean, running_var, save_mean, save_invstd, grad_input, grad_weight,
+            grad_bias):
+        gi = grad_input if grad_input is not None or not mask[0] else np.empty(x.shape, x.dtype)
+        mean, scale, w = statistics(plan, weight, running_mean, running_var, save_mean, save_invstd, eps)
+        direct = mask[0] and gi.dtype == x.dtype and gi.flags.c_contiguous
+        dx = gi if direct else np.empty(x.shape, x.dtype) if mask[0] else no_dx
+        gw = f32_buffer(grad_weight, channels)
+        gb = f32_buffer(grad_bias, channels)
+        launch(host.planes, spans(), kernel_view(np.ascontiguousarray(dy)).reshape(-1),
+               kernel_view(np.ascontiguousarray(x)).reshape(-1), kernel_view(dx).reshape(-1), args, mean, scale, w,
+               plan.training, mask[0], gw, gb)
+        if mask[0] and not direct:
+            gi[...] = dx
+        results = [gi, grad_weight, grad_bias]
+        for i, result, m in ((1, gw, mask[1]), (2, gb, mask[2])):
+            if m and results[i] is None:
+                results[i] = result.astype(grad_dtype, copy=False)
+        write_back(((grad_weight if mask[1] else None, gw), (grad_bias if mask[2] else None, gb)))
+        return tuple(r if m else None for r, m in zip(results, mask, strict=True))
+
+    return run
 
 
 def _tensors(*arrays) -> tuple:

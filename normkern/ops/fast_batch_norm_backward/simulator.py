@@ -1,6 +1,8 @@
 """A NumPy interpreter of FastBatchNormBackward plans: slow, literal, equal to the kernels bit for bit.
 
-It walks ``plan.jobs()`` phase by phase: for each job and channel it builds the two UB buffers of
+A ``planes`` plan (the host's) takes each channel's rows ``rows_per_group`` at a time into 64 lanes (each row
+from lane 0, one add at a time), folds them pairwise and adds the group sums in order (``_simulate_planes``).
+Any other plan: it walks ``plan.jobs()`` phase by phase: for each job and channel it builds the two UB buffers of
 ``plan.fold_len`` float32 zeros, adds every UB pass into them at its positions (plane ``j`` of a
 pass at ``j * b1_align``), folds each whole buffer with the fold-halves ReduceSum (every element,
 zeros included), and for cross-core jobs goes through a NaN-filled workspace of per-core slots
@@ -11,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiling import FastBatchNormBackwardPlan
+from tiling import LANES, FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
 from tiling.fast_batch_norm_backward import pass_extent, pass_step
 
-from ...kernels.simulate import F32, fold_halves
+from ...kernels.simulate import F32, fold_halves, lanes_add, pairwise64
 
 
 def _passes(plan: FastBatchNormBackwardPlan, first: int, count: int):
@@ -37,6 +39,8 @@ def simulate(plan: FastBatchNormBackwardPlan, dy3: np.ndarray, x3: np.ndarray, m
     grad_bias = np.full(plan.a, np.nan, F32)
     slots = np.full((plan.block_dim, 2), np.nan, F32)
     n = F32(plan.b0 * plan.b1)
+    if plan.strategy is FastBatchNormBackwardStrategy.PLANES:
+        return _simulate_planes(plan, dy, x, mean, scale, weight, write_dx)
 
     def dx_blocks(c, first, count, sum_dy, gw):
         if not (plan.training and write_dx):
@@ -78,3 +82,33 @@ def simulate(plan: FastBatchNormBackwardPlan, dy3: np.ndarray, x3: np.ndarray, m
                 grad_bias[c], grad_weight[c] = totals[0], gw
             dx_blocks(c, job.block_start, job.block_count, totals[0], gw)
     return (dx if write_dx else None), grad_weight, grad_bias
+
+
+def _simulate_planes(plan, dy, x, mean, scale, weight, write_dx):
+    """A ``planes`` plan, every channel side by side: each segment's planes added position by position in plane
+    order, the result summed by 64 lanes and folded, the segments' sums added in order."""
+    args = plan.kernel_args()
+    sums = [np.zeros(plan.a, F32), np.zeros(plan.a, F32)]
+    for seg in range(args.segs_per_plane):
+        cut = slice(seg * args.row_elems, min((seg + 1) * args.row_elems, args.hxw))
+        rows = [np.zeros((plan.a, cut.stop - cut.start), F32), np.zeros((plan.a, cut.stop - cut.start), F32)]
+        for plane in range(args.n):
+            d = dy[plane, :, cut]
+            rows[0] = rows[0] + d
+            rows[1] = rows[1] + d * (x[plane, :, cut] - mean[:, None])
+        for total, row in zip(sums, rows, strict=True):
+            lanes = np.zeros((plan.a, LANES), F32)
+            lanes_add(lanes, row)
+            total += pairwise64(lanes)
+    grad_bias, grad_weight = sums[0], sums[1] * scale
+    dx = None
+    if write_dx:
+        r, w = scale[None, :, None], weight[None, :, None]
+        if plan.training:
+            n = F32(args.n * args.hxw)
+            shift = (grad_bias * (F32(1.0) / n))[None, :, None]
+            k = ((grad_weight * scale) / n)[None, :, None]
+            dx = (((dy - shift) - (x - mean[None, :, None]) * k) * r) * w
+        else:
+            dx = (dy * r) * w
+    return dx, grad_weight, grad_bias
