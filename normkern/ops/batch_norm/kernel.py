@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from ...kernels.dtypes import from_f32, to_f32
-from ...kernels.lanes import LANES, accumulate, accumulate_sqdev, fold
+from ...kernels.lanes import LANES, accumulate, fold
 from ...kernels.views import row_view
 from ...runtime import body
 
@@ -57,30 +57,30 @@ def _write(y, c, start, length, args, buf, mean, scale, shift):
 
 
 @njit(cache=True, error_model="numpy")
-def _chunk_sum(data, lanes, mean, squared):
-    """One chunk's sum (of ``(v - mean)^2`` when ``squared``): 64 lanes, folded pairwise."""
-    lanes[:] = 0.0
-    if squared:
-        accumulate_sqdev(lanes, data, mean)
-    else:
-        accumulate(lanes, data)
-    return fold(lanes)
-
-
-@njit(cache=True, error_model="numpy")
-def _stream_sum(x, c, args, buf, staged, lanes, mean, squared):
+def _stream_sum(x, c, args, buf, staged, lanes, squares, mean, squared):
     """The chunk sums of channel ``c``'s stream added in stream order: from ``buf`` when the whole stream is
-    staged there, else each chunk staged in turn."""
+    staged there, else each chunk staged in turn. Each chunk: 64 lanes, folded pairwise; ``squared``, of the
+    chunk's ``(v - mean)^2`` (each rounded, as ``lanes.accumulate_sqdev`` adds them) made in ``squares`` first:
+    one lane loop to compile, not two."""
     length = args.n * args.hxw
     total = np.float32(0.0)
     pos = 0
     while pos < length:
         k = min(args.chunk_elems, length - pos)
         if staged:
-            total += _chunk_sum(row_view(buf, pos, k), lanes, mean, squared)
+            data = row_view(buf, pos, k)
         else:
             _stage(x, c, pos, k, args, buf)
-            total += _chunk_sum(row_view(buf, 0, k), lanes, mean, squared)
+            data = row_view(buf, 0, k)
+        if squared:
+            out = row_view(squares, 0, k)
+            for i in range(k):
+                d = data[i] - mean
+                out[i] = d * d
+            data = out
+        lanes[:] = 0.0
+        accumulate(lanes, data)
+        total += fold(lanes)
         pos += k
     return total
 
@@ -93,13 +93,14 @@ def train(x, args, eps, momentum, weight, bias, running_mean, running_var, y, me
     staged = length <= args.stage_elems
     buf = np.empty(length if staged else args.chunk_elems, np.float32)
     lanes = np.empty(LANES, np.float32)
+    squares = np.empty(min(length, args.chunk_elems), np.float32)
     keep = np.float32(1.0) - momentum
     for core in range(begin, end):
         for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
             if staged:
                 _stage(x, c, 0, length, args, buf)
-            mean = _stream_sum(x, c, args, buf, staged, lanes, np.float32(0.0), False) / count
-            sqdev = _stream_sum(x, c, args, buf, staged, lanes, mean, True)
+            mean = _stream_sum(x, c, args, buf, staged, lanes, squares, np.float32(0.0), False) / count
+            sqdev = _stream_sum(x, c, args, buf, staged, lanes, squares, mean, True)
             invstd = np.float32(1.0) / np.sqrt(sqdev / count + eps)
             scale = invstd * weight[c]
             if staged:
