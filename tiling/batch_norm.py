@@ -30,11 +30,11 @@ import enum
 from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from .batch_norm_stats import check_shape
+from .batch_norm_stats import BatchNormStatsProblem, check_shape
 from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
@@ -66,23 +66,12 @@ class BatchNormArgs(NamedTuple):
 
 
 @dataclass(frozen=True)
-class BatchNormProblem:
-    shape: tuple[int, ...]
-    dtype: str
-    soc: SocSpec
-    training: bool
+class BatchNormProblem(BatchNormStatsProblem):
+    """BatchNormStats' problem (its N, C and HxW) and the mode."""
 
-    @property
-    def n(self) -> int:
-        return self.shape[0]
+    op: ClassVar[str] = OP
 
-    @property
-    def c(self) -> int:
-        return self.shape[1]
-
-    @property
-    def hxw(self) -> int:
-        return prod(self.shape[2:])
+    training: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

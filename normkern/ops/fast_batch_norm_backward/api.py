@@ -234,15 +234,21 @@ def prepare(grad_out, input, weight, running_mean, running_var, save_mean, save_
                         scale, w, plan.training, mask[0], gw, gb, stream)
         if mask[0] and not direct:
             gi[...] = unfused_view(plan, dx3)
-        results = [gi, grad_weight, grad_bias]
-        for i, result, m in ((1, gw, mask[1]), (2, gb, mask[2])):
-            if m and results[i] is None:
-                results[i] = result.astype(grad_dtype, copy=False)
-        write_back(((grad_weight if mask[1] else None, gw), (grad_bias if mask[2] else None, gb)))
-        return tuple(r if m else None for r, m in zip(results, mask, strict=True))
+        return _results(mask, gi, grad_weight, grad_bias, gw, gb, grad_dtype)
 
     return Executor(OP, plan, run, _tensors(dy, x, weight, running_mean, running_var, save_mean, save_invstd,
                                             grad_input, grad_weight, grad_bias), outputs=3, overlaps=overlaps)
+
+
+def _results(mask, gi, grad_weight, grad_bias, gw, gb, grad_dtype) -> tuple:
+    """The call's three results, None where masked: the given outputs (their float32 working arrays written back),
+    else new ones in the gradients' dtype."""
+    results = [gi, grad_weight, grad_bias]
+    for i, result, m in ((1, gw, mask[1]), (2, gb, mask[2])):
+        if m and results[i] is None:
+            results[i] = result.astype(grad_dtype, copy=False)
+    write_back(((grad_weight if mask[1] else None, gw), (grad_bias if mask[2] else None, gb)))
+    return tuple(r if m else None for r, m in zip(results, mask, strict=True))
 
 
 def _planes_run(plan, args, mask, channels, grad_dtype, eps, x):
@@ -263,12 +269,7 @@ def _planes_run(plan, args, mask, channels, grad_dtype, eps, x):
                plan.training, mask[0], gw, gb)
         if mask[0] and not direct:
             gi[...] = dx
-        results = [gi, grad_weight, grad_bias]
-        for i, result, m in ((1, gw, mask[1]), (2, gb, mask[2])):
-            if m and results[i] is None:
-                results[i] = result.astype(grad_dtype, copy=False)
-        write_back(((grad_weight if mask[1] else None, gw), (grad_bias if mask[2] else None, gb)))
-        return tuple(r if m else None for r, m in zip(results, mask, strict=True))
+        return _results(mask, gi, grad_weight, grad_bias, gw, gb, grad_dtype)
 
     return run
 
