@@ -296,6 +296,43 @@ _add_tail = _lanes_tail_intrinsic(False)
 _add_tail_sqdev = _lanes_tail_intrinsic(True)
 
 
+@intrinsic
+def add_tail_pair(typingctx, sums, products, dy_row, x_row, start, shift):
+    """The partial last chunk of a row onto two 64-lane accumulators in one vector step: lane ``j < n - start``
+    of ``sums`` += ``dy[start + j]`` and of ``products`` += ``dy[start + j] * (x[start + j] - shift)`` (the
+    difference and the product each rounded), the other lanes kept (a select, not an add of 0): the same IEEE
+    operations per lane as the scalar loop it replaces. The rows' elements past ``n`` are not read."""
+    lanes_ok = all(isinstance(t, types.Array) and t.dtype == types.float32 and t.ndim == 1 and t.layout == "C"
+                   for t in (sums, products))
+    if not (lanes_ok and _is_short_row(dy_row) and x_row == dy_row and isinstance(start, types.Integer)
+            and shift == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        row_type = signature.args[2]
+        start = context.cast(builder, args[4], signature.args[4], types.int64)
+        count = builder.trunc(builder.sub(make_array(row_type)(context, builder, args[2]).nitems, start), _I32)
+        mask = _lanes_below(builder, count, 0, LANES)
+
+        def load(value):
+            function, vector, align = _masked(builder, "load", row_type, LANES)
+            data = make_array(row_type)(context, builder, value).data
+            pointer = builder.bitcast(builder.gep(data, [start]), vector.as_pointer())
+            return _widen(builder, row_type, builder.call(function, [pointer, align, mask, ir.Constant(vector, None)]),
+                          LANES)
+
+        dy, x = load(args[2]), load(args[3])
+        product = builder.fmul(dy, builder.fsub(x, _splat(builder, args[5], LANES)))
+        for index, addend in ((0, dy), (1, product)):
+            pointer = builder.bitcast(make_array(signature.args[index])(context, builder, args[index]).data,
+                                      _f32x(LANES).as_pointer())
+            current = builder.load(pointer, align=4)
+            builder.store(builder.select(mask, builder.fadd(current, addend), current), pointer, align=4)
+        return context.get_dummy_value()
+
+    return types.none(sums, products, dy_row, x_row, start, shift), codegen
+
+
 def _short_row_sums_intrinsic(width: int):
     """An intrinsic ``(ReduceSum(dy), ReduceSum((x * r + neg_mr) * dy))`` of a row in the fold-halves order of
     ``fold_halves(buf, n, n)`` on a buffer the row was copied to, for rows of ``width // 2 < n <= width``

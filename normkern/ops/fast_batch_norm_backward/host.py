@@ -71,12 +71,12 @@ def _segment_sums(dy, x, c, start, length, args, m, acc_dy, acc_dyx, lanes):
         o = base + plane * stride
         _add_one(a, b, row_view(dy, o, length), row_view(x, o, length), m)
         plane += 1
-    lanes[:] = 0.0
-    accumulate(lanes, a)
-    sum_dy = fold(lanes)
-    lanes[:] = 0.0
-    accumulate(lanes, b)
-    return sum_dy, fold(lanes)
+    sums = (F32(0.0), F32(0.0))
+    for which in range(2):  # one inlined lane loop for both rows, not two to compile
+        lanes[:] = 0.0
+        accumulate(lanes, a if which == 0 else b)
+        sums = (sums[1], fold(lanes))
+    return sums
 
 
 @body
