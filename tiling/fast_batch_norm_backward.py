@@ -207,21 +207,20 @@ class FastBatchNormBackwardArgs(NamedTuple):
 
 
 class PlanesArgs(NamedTuple):
-    """What the host ``planes`` kernel receives: the (N, C, HxW) dims, the rows and groups of a channel, and each
-    core's channels."""
+    """What the host ``planes`` kernel receives: the (N, C, HxW) dims, the segments of a plane, and each core's
+    channels."""
 
     n: int
     c: int
     hxw: int
-    row_elems: int          # a row: a plane, or a CHUNK_ELEMS piece of one longer
+    row_elems: int          # a segment: a plane, or a CHUNK_ELEMS piece of one longer
     segs_per_plane: int
-    rows_per_group: int
     core_start: np.ndarray
     core_count: np.ndarray
 
 
-#: Elements a ``planes`` group of rows holds at most (unless one row is that long): the lanes' share
-#: before a fold; the same constant as BatchNorm's chunk, so the two host orders sum alike.
+#: Elements of a ``planes`` segment at most: the row the 64 lanes sum before a fold; the same constant as
+#: BatchNorm's chunk.
 CHUNK_ELEMS = 16384
 
 
@@ -462,11 +461,6 @@ class FastBatchNormBackwardPlan(Plan):
         return self.b0 * self.hw_blocks
 
     @property
-    def rows_per_group(self) -> int:
-        """planes: the rows (planes, or CHUNK_ELEMS pieces of longer ones) the lanes take before a fold"""
-        return max(1, CHUNK_ELEMS // self.b1) if self.b1 <= CHUNK_ELEMS else 1
-
-    @property
     def planes_per_pass(self) -> int:
         if self.strategy is S.PLANES:
             return 1
@@ -513,7 +507,7 @@ class FastBatchNormBackwardPlan(Plan):
 
     def shares(self) -> tuple[Share, ...]:
         """Each job: its channels x its blocks, a UB pass every ``pass_step`` blocks from its first."""
-        step = self.rows_per_group if self.strategy is S.PLANES else \
+        step = self.hw_blocks if self.strategy is S.PLANES else \
             pass_step(self.passes) if self.strategy is not S.EMPTY else 1
         return tuple(Share(job.core, job.phase, (job.channel_start, job.channel_start + job.channel_count),
                            (job.block_start, job.block_start + job.block_count),
@@ -612,7 +606,7 @@ class FastBatchNormBackwardPlan(Plan):
         if self.strategy is S.EMPTY:
             return "-"
         if self.strategy is S.PLANES:
-            return f"{self.rows_per_group} rows a fold"
+            return f"segments of {min(self.b1, CHUNK_ELEMS)}"
         if self.strategy is S.FULL_LOAD:
             return f"{td['cUbBlock']}ch {self.dtype}"
         return f"bUbBlock={td['bUbBlock']} {self.dtype}"
@@ -621,7 +615,7 @@ class FastBatchNormBackwardPlan(Plan):
         if self.strategy is S.PLANES:
             ranges = self.core_split.ranges()
             return PlanesArgs(n=self.b0, c=self.a, hxw=self.b1, row_elems=min(self.b1, CHUNK_ELEMS),
-                              segs_per_plane=self.hw_blocks, rows_per_group=self.rows_per_group,
+                              segs_per_plane=self.hw_blocks,
                               core_start=np.array([s for s, _ in ranges], np.int64),
                               core_count=np.array([k for _, k in ranges], np.int64))
         jobs = self.jobs()
@@ -661,11 +655,12 @@ def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchN
     if strategy is S.PLANES:  # normkern's own: the op_api's transposition is CANN's, not needed here
         n, c, hxw = p.shape[0], p.shape[1], prod(p.shape[2:])
         core_split = Split.even(c, cores)
-        rows = n * -(-hxw // CHUNK_ELEMS)
-        group = max(1, CHUNK_ELEMS // hxw) if hxw <= CHUNK_ELEMS else 1
-        levels = (ReduceLevel("lanes", Combine.PAIRWISE, LANES, "64 interleaved float32 lanes over a group's rows, "
-                              "each row from lane 0, folded 32+32 .. 1+1"),
-                  ReduceLevel("groups", Combine.SEQUENTIAL, -(-rows // group), "a channel's group sums in order"))
+        levels = (ReduceLevel("planes", Combine.SEQUENTIAL, n, "a segment's N planes added position by position, "
+                              "in plane order"),
+                  ReduceLevel("lanes", Combine.PAIRWISE, LANES, "64 interleaved float32 lanes over the segment's "
+                              "row, folded 32+32 .. 1+1"),
+                  ReduceLevel("segments", Combine.SEQUENTIAL, -(-hxw // CHUNK_ELEMS), "a plane's segments' sums in "
+                              "order"))
         return FastBatchNormBackwardPlan(
             soc=p.soc, strategy=strategy, source="modeled", tiling_key=None, block_dim=core_split.parts,
             core_split=core_split, tree=ReductionTree(levels, LaneOrder.INTERLEAVED),

@@ -1,7 +1,7 @@
 """A NumPy interpreter of FastBatchNormBackward plans: slow, literal, equal to the kernels bit for bit.
 
-A ``planes`` plan (the host's) takes each channel's rows ``rows_per_group`` at a time into 64 lanes (each row
-from lane 0, one add at a time), folds them pairwise and adds the group sums in order (``_simulate_planes``).
+A ``planes`` plan (the host's) adds each segment's N planes position by position, sums the row by 64 lanes (one
+add at a time), folds them pairwise and adds the segments' sums in order (``_simulate_planes``).
 Any other plan: it walks ``plan.jobs()`` phase by phase: for each job and channel it builds the two UB buffers of
 ``plan.fold_len`` float32 zeros, adds every UB pass into them at its positions (plane ``j`` of a
 pass at ``j * b1_align``), folds each whole buffer with the fold-halves ReduceSum (every element,
