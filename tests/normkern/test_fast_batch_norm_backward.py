@@ -171,6 +171,8 @@ OWN_CASES = [
 def test_the_hosts_own_plan_equals_the_simulator(shape, why, dtype, training):
     plan, inputs, got, expected = run_both(shape, dtype, "host", training, seed=sum(shape))
     assert plan.strategy is tiling.FastBatchNormBackwardStrategy.PLANES and plan.deterministic, plan
+    segments = -(-plan.b1 // 16384)
+    assert plan.tree.describe() == f"planes{shape[0]}:sequential/lanes64:pairwise/segments{segments}:sequential"
     for name, a, b in zip(("grad_input", "grad_weight", "grad_bias"), got, expected, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), (name, plan)
     assert_close_to_reference(inputs, got, training, dtype)
