@@ -50,6 +50,15 @@ def accumulate(lanes, row):
         _add_tail(lanes, row, pos, F32_ZERO)
 
 
+@njit(cache=True, error_model="numpy")
+def lane_sum(lanes, row):
+    """``row``'s sum in the lanes order: ``lanes`` zeroed, ``accumulate``, ``fold``. Not inlined: the kernels that
+    call it share one compiled copy of the lane loop (a float32 row), which is most of a kernel's compile time."""
+    lanes[:] = 0.0
+    accumulate(lanes, row)
+    return fold(lanes)
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def accumulate_sqdev(lanes, row, mean):
     """lanes[j] += (row[j + 64 v] - mean)^2 for v ascending (the square rounded before the add)."""

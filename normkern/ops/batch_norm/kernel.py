@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from ...kernels.dtypes import from_f32, to_f32
-from ...kernels.lanes import LANES, accumulate, fold
+from ...kernels.lanes import LANES, lane_sum
 from ...kernels.views import row_view
 from ...runtime import body
 
@@ -78,9 +78,7 @@ def _stream_sum(x, c, args, buf, staged, lanes, squares, mean, squared):
                 d = data[i] - mean
                 out[i] = d * d
             data = out
-        lanes[:] = 0.0
-        accumulate(lanes, data)
-        total += fold(lanes)
+        total += lane_sum(lanes, data)
         pos += k
     return total
 

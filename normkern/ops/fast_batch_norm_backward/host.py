@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from ...kernels.dtypes import to_f32
-from ...kernels.lanes import LANES, accumulate, fold
+from ...kernels.lanes import LANES, lane_sum
 from ...kernels.views import row_view
 from ...runtime import body
 from .rows import F32, _dx_row, _dx_row_infer
@@ -71,12 +71,7 @@ def _segment_sums(dy, x, c, start, length, args, m, acc_dy, acc_dyx, lanes):
         o = base + plane * stride
         _add_one(a, b, row_view(dy, o, length), row_view(x, o, length), m)
         plane += 1
-    sums = (F32(0.0), F32(0.0))
-    for which in range(2):  # one inlined lane loop for both rows, not two to compile
-        lanes[:] = 0.0
-        accumulate(lanes, a if which == 0 else b)
-        sums = (sums[1], fold(lanes))
-    return sums
+    return lane_sum(lanes, a), lane_sum(lanes, b)
 
 
 @body
