@@ -19,7 +19,7 @@ from ...kernels.views import row_view
 from ...runtime import body
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _stage(x, c, start, length, args, buf):
     """Elements ``[start, start + length)`` of channel ``c``'s stream, as float32, into ``buf[0:length]``."""
     hxw = args.hxw
@@ -37,7 +37,7 @@ def _stage(x, c, start, length, args, buf):
         h = 0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _write(y, c, start, length, args, buf, mean, scale, shift):
     """``y`` over stream elements ``[start, start + length)`` of channel ``c`` from their staged values."""
     like = y[0]
@@ -56,7 +56,7 @@ def _write(y, c, start, length, args, buf, mean, scale, shift):
         h = 0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _stream_sum(x, c, args, buf, staged, lanes, squares, mean, squared):
     """The chunk sums of channel ``c``'s stream added in stream order: from ``buf`` when the whole stream is
     staged there, else each chunk staged in turn. Each chunk: 64 lanes, folded pairwise; ``squared``, of the

@@ -51,7 +51,7 @@ def _add_one(acc_dy, acc_dyx, d0, x0, m):
         acc_dyx[i] += v * (to_f32(x0[i]) - m)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _segment_sums(dy, x, c, start, length, args, m, acc_dy, acc_dyx, lanes):
     """(sum dy, sum dy * (x - m)) of channel ``c``'s segment ``[start, start + length)`` of every plane."""
     a = row_view(acc_dy, 0, length)
