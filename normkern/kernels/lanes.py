@@ -199,8 +199,11 @@ def _masked(builder, what: str, array_type, width):
 
 
 def _element_pointer(context, builder, array_type, value, offset, vector):
+    """A ``vector`` pointer to element ``offset`` (a Python int, or an i64 value) of the array."""
     data = make_array(array_type)(context, builder, value).data
-    return builder.bitcast(builder.gep(data, [ir.Constant(ir.IntType(64), offset)]), vector.as_pointer())
+    if isinstance(offset, int):
+        offset = ir.Constant(ir.IntType(64), offset)
+    return builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
 
 
 def _load_row(context, builder, array_type, value, mask, offset, width):
@@ -260,6 +263,25 @@ def _halve_to_one(builder, vector, width):
     return builder.extract_element(vector, ir.Constant(_I32, 0))
 
 
+def _is_lanes(lanes) -> bool:
+    """A 64-lane float32 accumulator: 1-D C-contiguous float32."""
+    return isinstance(lanes, types.Array) and lanes.dtype == types.float32 and lanes.ndim == 1 and lanes.layout == "C"
+
+
+def _tail(context, builder, row_type, row, start_type, start):
+    """(start as i64, the mask of lanes ``j < n - start``) of a row's partial last chunk."""
+    start = context.cast(builder, start, start_type, types.int64)
+    count = builder.trunc(builder.sub(make_array(row_type)(context, builder, row).nitems, start), _I32)
+    return start, _lanes_below(builder, count, 0, LANES)
+
+
+def _add_where(context, builder, lanes_type, lanes, mask, addend):
+    """``lanes[j] += addend[j]`` where ``mask`` holds, the other lanes kept (a select, not an add of 0)."""
+    pointer = builder.bitcast(make_array(lanes_type)(context, builder, lanes).data, _f32x(LANES).as_pointer())
+    current = builder.load(pointer, align=4)
+    builder.store(builder.select(mask, builder.fadd(current, addend), current), pointer, align=4)
+
+
 def _lanes_tail_intrinsic(squared: bool):
     """An intrinsic adding the partial last chunk of a row onto the first lanes of a 64-lane accumulator in one
     vector step: lane ``j < n - start`` += ``row[start + j]`` (``squared``: ``(row[start + j] - mean)**2``, the
@@ -268,9 +290,7 @@ def _lanes_tail_intrinsic(squared: bool):
     are not read (a masked load)."""
 
     def typer(lanes, row, start, mean):
-        return (isinstance(lanes, types.Array) and lanes.dtype == types.float32 and lanes.ndim == 1
-                and lanes.layout == "C" and _is_short_row(row) and isinstance(start, types.Integer)
-                and mean == types.float32)
+        return _is_lanes(lanes) and _is_short_row(row) and isinstance(start, types.Integer) and mean == types.float32
 
     @intrinsic
     def add_tail(typingctx, lanes, row, start, mean):
@@ -279,21 +299,12 @@ def _lanes_tail_intrinsic(squared: bool):
 
         def codegen(context, builder, signature, args):
             lanes_type, row_type = signature.args[0], signature.args[1]
-            start = context.cast(builder, args[2], signature.args[2], types.int64)
-            count = builder.trunc(builder.sub(make_array(row_type)(context, builder, args[1]).nitems, start), _I32)
-            mask = _lanes_below(builder, count, 0, LANES)
-            function, vector, align = _masked(builder, "load", row_type, LANES)
-            data = make_array(row_type)(context, builder, args[1]).data
-            pointer = builder.bitcast(builder.gep(data, [start]), vector.as_pointer())
-            loaded = _widen(builder, row_type, builder.call(function, [pointer, align, mask,
-                                                                      ir.Constant(vector, None)]), LANES)
+            start, mask = _tail(context, builder, row_type, args[1], signature.args[2], args[2])
+            loaded = _load_row(context, builder, row_type, args[1], mask, start, LANES)
             if squared:
                 deviation = builder.fsub(loaded, _splat(builder, args[3], LANES))
                 loaded = builder.fmul(deviation, deviation)
-            accumulator = make_array(lanes_type)(context, builder, args[0]).data
-            lanes_pointer = builder.bitcast(accumulator, _f32x(LANES).as_pointer())
-            current = builder.load(lanes_pointer, align=4)
-            builder.store(builder.select(mask, builder.fadd(current, loaded), current), lanes_pointer, align=4)
+            _add_where(context, builder, lanes_type, args[0], mask, loaded)
             return context.get_dummy_value()
 
         return types.none(lanes, row, start, mean), codegen
@@ -311,32 +322,18 @@ def add_tail_pair(typingctx, sums, products, dy_row, x_row, start, shift):
     of ``sums`` += ``dy[start + j]`` and of ``products`` += ``dy[start + j] * (x[start + j] - shift)`` (the
     difference and the product each rounded), the other lanes kept (a select, not an add of 0): the same IEEE
     operations per lane as the scalar loop it replaces. The rows' elements past ``n`` are not read."""
-    lanes_ok = all(isinstance(t, types.Array) and t.dtype == types.float32 and t.ndim == 1 and t.layout == "C"
-                   for t in (sums, products))
-    if not (lanes_ok and _is_short_row(dy_row) and x_row == dy_row and isinstance(start, types.Integer)
-            and shift == types.float32):
+    if not (_is_lanes(sums) and _is_lanes(products) and _is_short_row(dy_row) and x_row == dy_row
+            and isinstance(start, types.Integer) and shift == types.float32):
         return None
 
     def codegen(context, builder, signature, args):
         row_type = signature.args[2]
-        start = context.cast(builder, args[4], signature.args[4], types.int64)
-        count = builder.trunc(builder.sub(make_array(row_type)(context, builder, args[2]).nitems, start), _I32)
-        mask = _lanes_below(builder, count, 0, LANES)
-
-        def load(value):
-            function, vector, align = _masked(builder, "load", row_type, LANES)
-            data = make_array(row_type)(context, builder, value).data
-            pointer = builder.bitcast(builder.gep(data, [start]), vector.as_pointer())
-            return _widen(builder, row_type, builder.call(function, [pointer, align, mask, ir.Constant(vector, None)]),
-                          LANES)
-
-        dy, x = load(args[2]), load(args[3])
+        start, mask = _tail(context, builder, row_type, args[2], signature.args[4], args[4])
+        dy = _load_row(context, builder, row_type, args[2], mask, start, LANES)
+        x = _load_row(context, builder, row_type, args[3], mask, start, LANES)
         product = builder.fmul(dy, builder.fsub(x, _splat(builder, args[5], LANES)))
-        for index, addend in ((0, dy), (1, product)):
-            pointer = builder.bitcast(make_array(signature.args[index])(context, builder, args[index]).data,
-                                      _f32x(LANES).as_pointer())
-            current = builder.load(pointer, align=4)
-            builder.store(builder.select(mask, builder.fadd(current, addend), current), pointer, align=4)
+        _add_where(context, builder, signature.args[0], args[0], mask, dy)
+        _add_where(context, builder, signature.args[1], args[1], mask, product)
         return context.get_dummy_value()
 
     return types.none(sums, products, dy_row, x_row, start, shift), codegen
