@@ -61,11 +61,17 @@ settings.load_profile("normkern")
 
 @pytest.fixture
 def host_templates(monkeypatch):
-    """FastBatchNormBackward's BatchNormGradV3 templates' host model chosen on a host SoC (normkern's own ``planes``
-    plan passed over), as a test of that model needs."""
+    """The templates' host models chosen on a host SoC, normkern's own plans passed over (FastBatchNormBackward's
+    ``planes``, BatchNormStats' ``channels``, BatchNormReduceBackward's ``planes``), as a test of those models needs.
+    A Bound already cached for a signature keeps its plan: such tests call with shapes of their own."""
     import tiling
 
+    caches = (tiling.fast_batch_norm_backward._plan_cached, tiling.batch_norm_stats._plan_cached,
+              tiling.batch_norm_backward_reduce._plan_cached)
     monkeypatch.setattr(tiling.fast_batch_norm_backward, "HOST_OWN_PLAN", False)
-    tiling.fast_batch_norm_backward._plan_cached.cache_clear()
+    monkeypatch.setattr(tiling.batch_norm_stats, "HOST_OWN_PLAN", False)
+    for cache in caches:
+        cache.cache_clear()
     yield
-    tiling.fast_batch_norm_backward._plan_cached.cache_clear()
+    for cache in caches:
+        cache.cache_clear()

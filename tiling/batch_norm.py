@@ -27,14 +27,14 @@ and read three times. Staging moves data, never an order: both give the same bit
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import prod
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from .batch_norm_stats import BatchNormStatsProblem, check_shape
+from .batch_norm_stats import BatchNormStatsProblem, BatchNormStatsStrategy, check_shape
 from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
@@ -61,6 +61,7 @@ class BatchNormArgs(NamedTuple):
     hxw: int
     chunk_elems: int
     stage_elems: int
+    direct: bool
     core_start: np.ndarray
     core_count: np.ndarray
 
@@ -77,7 +78,7 @@ class BatchNormProblem(BatchNormStatsProblem):
 @dataclass(frozen=True, kw_only=True)
 class BatchNormPlan(Plan):
     op = OP
-    explain_properties = ("stream_elems", "staged")
+    explain_properties = ("stream_elems", "direct", "staged")
     explain_notes = (
         "a channel's N planes end to end are one stream; pass 1 sums x, pass 2 (x - mean)^2, pass 3 writes y",
         "each chunk of the stream: 64 interleaved float32 lanes folded pairwise; chunk sums in stream order",
@@ -102,9 +103,16 @@ class BatchNormPlan(Plan):
         return self.n * self.hxw
 
     @property
+    def direct(self) -> bool:
+        """whether the lanes add a float32 stream's planes where they lie (each plane whole lane steps: HxW a
+        multiple of 64), with no staged copy"""
+        return self.dtype == "float32" and self.hxw % LANES == 0
+
+    @property
     def staged(self) -> bool:
-        """whether a channel's whole stream is staged (one read of the input), else a chunk at a time"""
-        return self.stream_elems <= self.stage_elems
+        """whether a channel's whole stream is staged (one read of the input), else a chunk at a time (neither when
+        direct)"""
+        return self.stream_elems <= self.stage_elems and not self.direct
 
     def check(self) -> None:
         if prod(self.shape) != self.n * self.c * self.hxw or self.shape[1] != self.c:
@@ -131,13 +139,15 @@ class BatchNormPlan(Plan):
                      for core, (start, count) in enumerate(self.core_split.ranges()) if count)
 
     def summary_ub(self) -> str:
+        if self.direct:
+            return "planes in place"
         return f"stage {self.stage_elems} f32" + ("" if self.staged else " (chunks)")
 
     def kernel_args(self) -> BatchNormArgs:
         ranges = self.core_split.ranges()
         return BatchNormArgs(
             n=self.n, c=self.c, hxw=self.hxw, chunk_elems=self.chunk_elems, stage_elems=self.stage_elems,
-            core_start=np.array([s for s, _ in ranges], dtype=np.int64),
+            direct=self.direct, core_start=np.array([s for s, _ in ranges], dtype=np.int64),
             core_count=np.array([k for _, k in ranges], dtype=np.int64))
 
 
@@ -146,23 +156,51 @@ def stage_elems(soc: SocSpec) -> int:
     return max(CHUNK_ELEMS, soc.ub_bytes // 2 // 4 // CHUNK_ELEMS * CHUNK_ELEMS)
 
 
-def _build(problem: BatchNormProblem, strategy: BatchNormStrategy, rejected: tuple[Rejection, ...]) -> BatchNormPlan:
+def _build(problem: BatchNormProblem, strategy: BatchNormStrategy, rejected: tuple[Rejection, ...],
+           plan_class: type[BatchNormPlan] = BatchNormPlan) -> BatchNormPlan:
     soc = problem.soc
     stream = problem.n * problem.hxw
     empty = strategy is BatchNormStrategy.EMPTY
-    chunks = -(-stream // CHUNK_ELEMS) if problem.training and not empty else 0
+    training = getattr(problem, "training", True)
+    chunks = -(-stream // CHUNK_ELEMS) if training and not empty else 0
     core_split = Split.even(0 if empty else problem.c, soc.vector_cores)
     levels = ()
     if chunks:
         levels = (ReduceLevel("lanes", Combine.PAIRWISE, LANES, "64 interleaved float32 lanes over a chunk of a "
                               "channel's stream, folded 32+32 .. 1+1"),
                   ReduceLevel("chunks", Combine.SEQUENTIAL, chunks, "chunk sums in stream order"))
-    return BatchNormPlan(
+    return plan_class(
         soc=soc, strategy=strategy, source="modeled", tiling_key=None, rejected=rejected, tiling_data=None,
         block_dim=core_split.parts, core_split=core_split, tree=ReductionTree(levels, LaneOrder.INTERLEAVED),
         workspace=WorkspaceLayout(soc.system_workspace_bytes, 0), shape=problem.shape, dtype=problem.dtype,
-        n=problem.n, c=problem.c, hxw=problem.hxw, training=problem.training, chunk_elems=CHUNK_ELEMS,
+        n=problem.n, c=problem.c, hxw=problem.hxw, training=training, chunk_elems=CHUNK_ELEMS,
         chunks_per_channel=chunks, stage_elems=stage_elems(soc))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchNormStatsChannelsPlan(BatchNormPlan):
+    """BatchNormStats' host plan (``channels``, normkern's own): BatchNorm's training statistics, passes 1 and 2."""
+
+    op = "batch_norm_stats"
+    own_strategies = ("channels",)
+    explain_notes = (
+        "a channel's N planes end to end are one stream; pass 1 sums x, pass 2 (x - mean)^2 (BatchNorm's passes)",
+        "each chunk of the stream: 64 interleaved float32 lanes folded pairwise; chunk sums in stream order",
+    )
+
+    strategy: BatchNormStatsStrategy
+
+    @property
+    def reduction_len(self) -> int:
+        """elements each channel's statistics reduce, N * HxW [elements]"""
+        return self.stream_elems
+
+
+def plan_stats_channels(problem, rejected: tuple[Rejection, ...]) -> BatchNormStatsChannelsPlan:
+    """BatchNormStats' ``channels`` plan of ``problem`` (a ``BatchNormStatsProblem``): BatchNorm's training plan of
+    the same input, as a plan of that op."""
+    plan = _build(problem, BatchNormStrategy.CHANNELS, rejected, BatchNormStatsChannelsPlan)
+    return replace(plan, strategy=BatchNormStatsStrategy.CHANNELS)
 
 
 def _check_empty(problem):

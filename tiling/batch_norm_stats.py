@@ -36,6 +36,11 @@ Strategies, tried in this order:
 - ``atomic``: as ``split_r`` but the partials are added in an arrival order (what atomic adds onto
   the output would do); non-deterministic with three or more cores. Only when asked for: the CANN
   doc says aclnnBatchNormStats is deterministic.
+
+The ``host`` SoC first tries a plan of normkern's own, chosen for a CPU: ``channels``, BatchNorm's training
+statistics (``tiling.batch_norm``: each channel's N planes one stream, 64 lanes a 16384-element chunk, chunk sums in
+stream order; a BatchNormStats and a BatchNorm of one input give the same mean and invstd bit for bit). The rows
+strategies above stay the NPUs' and, when asked for, the host's model of them.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import numpy as np
 from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
-from .soc import DTYPE_BYTES, SocSpec, get_soc
+from .soc import DTYPE_BYTES, HOST, SocSpec, get_soc
 from .split import Split
 from .support import ACLNN_NAMES, require
 from .workspace import WorkspaceLayout, align_up
@@ -66,6 +71,7 @@ class BatchNormStatsStrategy(enum.Enum):
     SPLIT_C = "split_c"
     SPLIT_R = "split_r"
     ATOMIC = "atomic"
+    CHANNELS = "channels"
 
 
 class BatchNormStatsArgs(NamedTuple):
@@ -335,13 +341,37 @@ def _check_atomic(problem):
                      False)
 
 
-def row_reduction_registry(op: str, strategy_enum) -> StrategyRegistry:
+#: Whether a host SoC plans normkern's own strategy (BatchNormStats' ``channels``, BatchNormReduceBackward's
+#: ``planes``) unless another is asked for; tests of the rows strategies' host model turn it off.
+HOST_OWN_PLAN = True
+
+
+def check_own(strategy: str, problem) -> Rejection | None:
+    """The rule of a plan of normkern's own: the host SoC's, with elements to reduce."""
+    if problem.soc.arch != HOST:
+        return Rejection(strategy, f"normkern's own CPU plan; {problem.soc.name} runs the rows strategies", True)
+    if not problem.reduction_len:
+        return Rejection(strategy, "no elements to reduce", True)
+    if not HOST_OWN_PLAN:
+        return Rejection(strategy, "the rows strategies' host model was asked for", False)
+    return None
+
+
+def row_reduction_registry(op: str, strategy_enum, own, build_own, host: bool) -> StrategyRegistry:
     """The four strategies of a per-channel row reduction, for ``strategy_enum``'s members of the same
-    names (BatchNormStats and BatchNormReduceBackward)."""
+    names (BatchNormStats and BatchNormReduceBackward), and ``own`` (built by ``build_own(problem,
+    rejected)``): first after ``empty`` on the host (``host``), last on the NPUs, where it is refused."""
     checks = {"empty": _check_empty, "split_c": _check_split_c, "split_r": _check_split_r,
               "atomic": _check_atomic}
-    return StrategyRegistry(op, strategy_enum, tuple(
-        Strategy(s, checks[s.value], lambda p, r, s=s: _build(p, s, r)) for s in strategy_enum))
+    rows = tuple(Strategy(s, checks[s.value], lambda p, r, s=s: _build(p, s, r)) for s in strategy_enum if s is not own)
+    mine = Strategy(own, lambda p: check_own(own.value, p), build_own)
+    return StrategyRegistry(op, strategy_enum, rows[:1] + (mine,) + rows[1:] if host else rows + (mine,))
+
+
+def _build_channels(problem, rejected):
+    from .batch_norm import plan_stats_channels  # batch_norm builds on this module's problem
+
+    return plan_stats_channels(problem, rejected)
 
 
 def check_shape(op: str, shape: tuple[int, ...]) -> None:
@@ -354,7 +384,9 @@ def check_shape(op: str, shape: tuple[int, ...]) -> None:
         raise TilingError(f"[{op}] input dim 1 (C) must be positive, got shape {shape}")
 
 
-REGISTRY = row_reduction_registry(OP, BatchNormStatsStrategy)
+REGISTRY = row_reduction_registry(OP, BatchNormStatsStrategy, BatchNormStatsStrategy.CHANNELS, _build_channels, False)
+HOST_REGISTRY = row_reduction_registry(OP, BatchNormStatsStrategy, BatchNormStatsStrategy.CHANNELS, _build_channels,
+                                       True)
 
 
 def plan_batch_norm_stats(shape, dtype="float32", soc: str | SocSpec | None = None,
@@ -372,4 +404,4 @@ def plan_batch_norm_stats(shape, dtype="float32", soc: str | SocSpec | None = No
 def _plan_cached(shape, dtype, soc, strategy) -> BatchNormStatsPlan:
     check_shape(OP, shape)
     require(OP, soc, dtype)
-    return REGISTRY.plan(BatchNormStatsProblem(shape, dtype, soc), strategy)
+    return (HOST_REGISTRY if soc.arch == HOST else REGISTRY).plan(BatchNormStatsProblem(shape, dtype, soc), strategy)

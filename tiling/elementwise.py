@@ -10,7 +10,11 @@ no element depends on another, so the plan fixes only who computes what, never a
   per-channel tensor to the input's shape and runs the SyncBatchNormBackwardElemt kernel: the atvoss
   elementwise template on Ascend 950 (tiling key 0, its DAG public), closed TBE elsewhere.
 
-The split is a model of the atvoss elementwise template (``ElewiseTilingData``: ``dim0``,
+The host SoC first tries a plan of normkern's own, ``channels``: each core owns whole channels and walks their planes
+in memory order (plane ``n`` of its every channel, then plane ``n + 1``), so a plane's coefficients are read once
+and no element range is cut mid-plane. No element depends on another: its bits are every plan's.
+
+The NPUs' split is a model of the atvoss elementwise template (``ElewiseTilingData``: ``dim0``,
 ``blockFormer``, ``blockNum``, ``ubFormer``, loops and tails per block), whose host code lives in
 ops-base, not ops-nn: the flat element range goes to cores in ``block_former`` elements (a
 multiple of one 256-byte float32 register), each core walks its range in UB blocks of
@@ -33,7 +37,7 @@ from .batch_norm_stats import check_shape
 from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, ReduceLevel, ReductionTree
-from .soc import A2_A3, ASCEND950, ATLAS_TRAINING, DTYPE_BYTES, SocSpec, get_soc
+from .soc import A2_A3, ASCEND950, ATLAS_TRAINING, DTYPE_BYTES, HOST, SocSpec, get_soc
 from .split import Split
 from .support import require
 from .workspace import WorkspaceLayout, align_up
@@ -48,11 +52,13 @@ ARCH35_KEY = 0
 class ElementwiseStrategy(enum.Enum):
     EMPTY = "empty"
     ELEMENTWISE = "elementwise"
+    CHANNELS = "channels"
 
 
 class ElementwiseArgs(NamedTuple):
-    """What the kernels receive: each core's flat element range and the row geometry."""
+    """What the kernels receive: each core's flat element range (``channels``: its channels) and the geometry."""
 
+    n: int
     c: int
     hxw: int
     core_start: np.ndarray
@@ -84,6 +90,10 @@ class ElementwisePlan(Plan):
             if self.elems:
                 raise ValueError("an empty plan for a non-empty problem")
             return
+        if self.strategy is ElementwiseStrategy.CHANNELS:
+            if self.core_split.total != self.c:
+                raise ValueError(f"core split covers {self.core_split.total} channels, expected {self.c}")
+            return
         if self.core_split.total != self.elems or self.core_split.big_items != self.block_former:
             raise ValueError("the core split must hand out block_former elements per core, all of them")
         if self.block_former % ALIGN and self.core_split.parts > 1:
@@ -100,22 +110,29 @@ class ElementwisePlan(Plan):
         return self.ub_former * self.bytes_per_elem + RESERVE_BYTES if self.ub_former else 0
 
     def index_axes(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        if self.strategy is ElementwiseStrategy.CHANNELS:
+            return ("channels", self.c), ("planes", self.shape[0])
         return ("", 1), ("elements", self.elems)
 
     def shares(self) -> tuple[Share, ...]:
         ranges = self.core_split.ranges()
+        if self.strategy is ElementwiseStrategy.CHANNELS:
+            return tuple(Share(core, 0, (start, start + count), (0, self.shape[0]), ())
+                         for core, (start, count) in enumerate(ranges) if count)
         return tuple(Share(core, 0, (0, 1), (start, start + count),
                            tuple(start + s for s in (self.tail_block_split if core == len(ranges) - 1
                                                      else self.block_split).starts()[1:]))
                      for core, (start, count) in enumerate(ranges) if count)
 
     def summary_ub(self) -> str:
+        if self.strategy is ElementwiseStrategy.CHANNELS:
+            return f"planes of {self.hxw}"
         return f"{self.ub_former} {self.dtype}/block"
 
     def kernel_args(self) -> ElementwiseArgs:
         ranges = self.core_split.ranges()
         return ElementwiseArgs(
-            c=self.c, hxw=self.hxw,
+            n=self.shape[0], c=self.c, hxw=self.hxw,
             core_start=np.array([s for s, _ in ranges], dtype=np.int64),
             core_count=np.array([n for _, n in ranges], dtype=np.int64))
 
@@ -196,6 +213,11 @@ def _build(problem: _Problem, strategy: ElementwiseStrategy, rejected: tuple[Rej
         return plan_class(**common, block_dim=0, core_split=Split.blocks(0, 1), tree=tree,
                           workspace=WorkspaceLayout(0, 0), block_former=0, ub_former=0,
                           block_split=Split.blocks(0, 1), tail_block_split=Split.blocks(0, 1))
+    if strategy is ElementwiseStrategy.CHANNELS:
+        core_split = Split.even(problem.shape[1], soc.vector_cores)
+        return plan_class(**common, block_dim=core_split.parts, core_split=core_split, tree=tree,
+                          workspace=WorkspaceLayout(soc.system_workspace_bytes, 0), block_former=0, ub_former=0,
+                          block_split=Split.blocks(0, 1), tail_block_split=Split.blocks(0, 1))
     capacity = (soc.ub_bytes - RESERVE_BYTES) // problem.bytes_per_elem // ALIGN * ALIGN
     if capacity < ALIGN:
         raise TilingError(f"[{problem.op}] UB of {soc.ub_bytes} bytes cannot hold one {ALIGN}-element block")
@@ -221,15 +243,27 @@ def _check_elementwise(problem):
     return None
 
 
-def _registry(op: str) -> StrategyRegistry:
-    return StrategyRegistry(op, ElementwiseStrategy, (
-        Strategy(ElementwiseStrategy.EMPTY, _check_empty, lambda p, r: _build(p, ElementwiseStrategy.EMPTY, r)),
-        Strategy(ElementwiseStrategy.ELEMENTWISE, _check_elementwise,
-                 lambda p, r: _build(p, ElementwiseStrategy.ELEMENTWISE, r)),
-    ))
+def _check_channels(problem):
+    if problem.soc.arch != HOST:
+        return Rejection("channels", f"normkern's own CPU plan; {problem.soc.name} runs the elementwise template", True)
+    if not problem.elems:
+        return Rejection("channels", "no elements", True)
+    return None
 
 
-REGISTRIES = {op: _registry(op) for op in ("batch_norm_elemt", "batch_norm_backward_elemt")}
+def _registry(op: str, host: bool) -> StrategyRegistry:
+    """The empty exit, then normkern's own plan first on the host, the template's model first (and the own plan
+    refused) on the NPUs."""
+    empty = Strategy(ElementwiseStrategy.EMPTY, _check_empty, lambda p, r: _build(p, ElementwiseStrategy.EMPTY, r))
+    template = Strategy(ElementwiseStrategy.ELEMENTWISE, _check_elementwise,
+                        lambda p, r: _build(p, ElementwiseStrategy.ELEMENTWISE, r))
+    own = Strategy(ElementwiseStrategy.CHANNELS, _check_channels,
+                   lambda p, r: _build(p, ElementwiseStrategy.CHANNELS, r))
+    return StrategyRegistry(op, ElementwiseStrategy, (empty, own, template) if host else (empty, template, own))
+
+
+REGISTRIES = {(op, host): _registry(op, host) for op in ("batch_norm_elemt", "batch_norm_backward_elemt")
+              for host in (False, True)}
 
 
 @lru_cache(maxsize=256)
@@ -244,7 +278,7 @@ def _plan_cached(op, shape, dtype, stats_dtype, soc, strategy, devices) -> Eleme
             # SyncBatchNormBackwardElemt's arch35 tiling: float32 statistics only beside float16 data
             raise TilingError(f"[{op}] stats dtype must equal the input's ({dtype}) on {soc.name} unless the "
                               f"input is float16 (SyncBatchNormBackwardElemt tiling), got {stats_dtype}")
-    return REGISTRIES[op].plan(_Problem(op, shape, dtype, stats_dtype, soc, devices), strategy)
+    return REGISTRIES[op, soc.arch == HOST].plan(_Problem(op, shape, dtype, stats_dtype, soc, devices), strategy)
 
 
 def plan_batch_norm_elemt(shape, dtype="float32", soc: str | SocSpec | None = None,
@@ -255,7 +289,7 @@ def plan_batch_norm_elemt(shape, dtype="float32", soc: str | SocSpec | None = No
     dtype = dtype_name(dtype)
     return _plan_cached("batch_norm_elemt", tuple(int(d) for d in shape), dtype,
                         dtype_name(stats_dtype) if stats_dtype is not None else dtype, get_soc(soc),
-                        REGISTRIES["batch_norm_elemt"].parse(strategy), 0)
+                        REGISTRIES["batch_norm_elemt", True].parse(strategy), 0)
 
 
 def plan_batch_norm_backward_elemt(shape, dtype="float32", soc: str | SocSpec | None = None,
@@ -268,4 +302,4 @@ def plan_batch_norm_backward_elemt(shape, dtype="float32", soc: str | SocSpec | 
         raise TilingError(f"[batch_norm_backward_elemt] devices must be >= 0, got {devices}")
     return _plan_cached("batch_norm_backward_elemt", tuple(int(d) for d in shape), dtype,
                         dtype_name(stats_dtype) if stats_dtype is not None else dtype, get_soc(soc),
-                        REGISTRIES["batch_norm_backward_elemt"].parse(strategy), int(devices))
+                        REGISTRIES["batch_norm_backward_elemt", True].parse(strategy), int(devices))

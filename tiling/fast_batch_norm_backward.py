@@ -224,6 +224,27 @@ class PlanesArgs(NamedTuple):
 CHUNK_ELEMS = 16384
 
 
+def planes_tree(n: int, hxw: int) -> ReductionTree:
+    """The order of a ``planes`` plan's two per-channel sums (FastBatchNormBackward's and BatchNormReduceBackward's
+    host plans): each segment's N planes added position by position, the row summed by 64 lanes, segments in
+    order."""
+    return ReductionTree((
+        ReduceLevel("planes", Combine.SEQUENTIAL, n, "a segment's N planes added position by position, in plane "
+                    "order"),
+        ReduceLevel("lanes", Combine.PAIRWISE, LANES, "64 interleaved float32 lanes over the segment's row, folded "
+                    "32+32 .. 1+1"),
+        ReduceLevel("segments", Combine.SEQUENTIAL, -(-hxw // CHUNK_ELEMS), "a plane's segments' sums in order")),
+        LaneOrder.INTERLEAVED)
+
+
+def planes_args(n: int, c: int, hxw: int, core_split: Split) -> PlanesArgs:
+    """A ``planes`` plan's kernel arguments: core ``k`` owns the channels of ``core_split``'s range ``k``."""
+    ranges = core_split.ranges()
+    return PlanesArgs(n=n, c=c, hxw=hxw, row_elems=min(hxw, CHUNK_ELEMS), segs_per_plane=-(-hxw // CHUNK_ELEMS),
+                      core_start=np.array([s for s, _ in ranges], np.int64),
+                      core_count=np.array([k for _, k in ranges], np.int64))
+
+
 def _fceil_div(numerator: int, denominator: int) -> int:
     """``std::ceil(static_cast<float>(n) / d)``: the division and the ceil in float32."""
     return int(math.ceil(np.float32(np.float32(numerator) / np.float32(denominator))))
@@ -613,11 +634,7 @@ class FastBatchNormBackwardPlan(Plan):
 
     def kernel_args(self) -> FastBatchNormBackwardArgs | PlanesArgs:
         if self.strategy is S.PLANES:
-            ranges = self.core_split.ranges()
-            return PlanesArgs(n=self.b0, c=self.a, hxw=self.b1, row_elems=min(self.b1, CHUNK_ELEMS),
-                              segs_per_plane=self.hw_blocks,
-                              core_start=np.array([s for s, _ in ranges], np.int64),
-                              core_count=np.array([k for _, k in ranges], np.int64))
+            return planes_args(self.b0, self.a, self.b1, self.core_split)
         jobs = self.jobs()
         phases = max(job.phase for job in jobs) + 1
         offsets = np.zeros((phases, self.block_dim + 1), np.int64)
@@ -655,15 +672,9 @@ def _build(p: FastBatchNormBackwardProblem, strategy: S, rejected) -> FastBatchN
     if strategy is S.PLANES:  # normkern's own: the op_api's transposition is CANN's, not needed here
         n, c, hxw = p.shape[0], p.shape[1], prod(p.shape[2:])
         core_split = Split.even(c, cores)
-        levels = (ReduceLevel("planes", Combine.SEQUENTIAL, n, "a segment's N planes added position by position, "
-                              "in plane order"),
-                  ReduceLevel("lanes", Combine.PAIRWISE, LANES, "64 interleaved float32 lanes over the segment's "
-                              "row, folded 32+32 .. 1+1"),
-                  ReduceLevel("segments", Combine.SEQUENTIAL, -(-hxw // CHUNK_ELEMS), "a plane's segments' sums in "
-                              "order"))
         return FastBatchNormBackwardPlan(
             soc=p.soc, strategy=strategy, source="modeled", tiling_key=None, block_dim=core_split.parts,
-            core_split=core_split, tree=ReductionTree(levels, LaneOrder.INTERLEAVED),
+            core_split=core_split, tree=planes_tree(n, hxw),
             workspace=WorkspaceLayout(p.soc.system_workspace_bytes, 0), rejected=rejected, tiling_data=None,
             shape=p.shape, dtype=p.dtype, weight_dtype=p.weight_dtype, training=p.training, transposed=False,
             b0=n, a=c, b1=hxw, b1_align=p.b1_align, b_align=p.b1_align * n)

@@ -63,7 +63,10 @@ class Plan:
     explain_notes: ClassVar[tuple[str, ...]] = ()
     #: Derived properties ``explain()`` shows after the fields, each with its docstring.
     explain_properties: ClassVar[tuple[str, ...]] = ()
-    _registry: ClassVar[dict[str, type[Plan]]] = {}
+    _registry: ClassVar[dict[str, dict[str | None, type[Plan]]]] = {}
+    #: The strategies (by value) this class plans, where an op's plans are of more than one class (a plan of
+    #: normkern's own beside the templates' model); None: every other strategy of its op.
+    own_strategies: ClassVar[tuple[str, ...] | None] = None
 
     soc: SocSpec
     strategy: enum.Enum
@@ -79,7 +82,9 @@ class Plan:
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if cls.op:
-            Plan._registry[cls.op] = cls
+            classes = Plan._registry.setdefault(cls.op, {})
+            for strategy in cls.own_strategies or (None,):
+                classes[strategy] = cls
 
     def __post_init__(self) -> None:
         if isinstance(self.tiling_data, dict):  # from JSON: the words, made the template's record again
@@ -213,9 +218,10 @@ class Plan:
         version = payload.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(f"plan schema version {version!r} is not supported (expected {SCHEMA_VERSION})")
-        plan_cls = Plan._registry.get(payload.get("op"))
-        if plan_cls is None:
+        classes = Plan._registry.get(payload.get("op"))
+        if classes is None:
             raise ValueError(f"unknown plan op {payload.get('op')!r}")
+        plan_cls = classes.get(payload["plan"].get("strategy"), classes.get(None))
         if cls is not Plan and plan_cls is not cls:
             raise ValueError(f"JSON holds a {plan_cls.__name__}, not a {cls.__name__}")
         return from_data(plan_cls, payload["plan"])

@@ -51,11 +51,18 @@ def accumulate(lanes, row):
 
 
 @njit(cache=True, error_model="numpy")
-def lane_sum(lanes, row):
-    """``row``'s sum in the lanes order: ``lanes`` zeroed, ``accumulate``, ``fold``. Not inlined: the kernels that
-    call it share one compiled copy of the lane loop (a float32 row), which is most of a kernel's compile time."""
-    lanes[:] = 0.0
+def lane_add(lanes, row):
+    """``accumulate(lanes, row)``, not inlined: the kernels that call it (``lane_sum`` and the rows that add onto
+    lanes another row left) share one compiled copy of the lane loop (a float32 row), which is most of a kernel's
+    compile time."""
     accumulate(lanes, row)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def lane_sum(lanes, row):
+    """``row``'s sum in the lanes order: ``lanes`` zeroed, ``lane_add``, ``fold``."""
+    lanes[:] = 0.0
+    lane_add(lanes, row)
     return fold(lanes)
 
 
@@ -87,6 +94,21 @@ def accumulate_sqdev(lanes, row, mean):
     if pos < n:
         _check_width(lanes, LANES)
         _add_tail_sqdev(lanes, row, pos, mean)
+
+
+@njit(cache=True, error_model="numpy")
+def lane_add_sqdev(lanes, row, mean):
+    """``accumulate_sqdev(lanes, row, mean)``, not inlined (as ``lane_add``)."""
+    accumulate_sqdev(lanes, row, mean)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def lane_sum_sqdev(lanes, row, mean):
+    """``sum (row - mean)^2`` in the lanes order, each square rounded: what ``lane_sum`` gives of the rounded
+    squares, with no buffer of them written and read back."""
+    lanes[:] = 0.0
+    lane_add_sqdev(lanes, row, mean)
+    return fold(lanes)
 
 
 def _halving_sum_intrinsic(width: int, mode: str):

@@ -57,8 +57,58 @@ def lanes_add(lanes: np.ndarray, values: np.ndarray) -> None:
 
 
 def ub_blocks(plan):
-    """(start, stop) of every UB block of every core of an elementwise plan, in core order."""
+    """(start, stop) of every UB block of every core of an elementwise plan, in core order (a ``channels`` plan: each
+    core's planes in its walk's order)."""
+    if plan.strategy.value == "channels":
+        for first, count in plan.core_split.ranges():
+            for n in range(plan.shape[0]):
+                for c in range(first, first + count):
+                    yield (n * plan.c + c) * plan.hxw, (n * plan.c + c + 1) * plan.hxw
+        return
     for core, (start, _) in enumerate(plan.core_split.ranges()):
         split = plan.block_split if core < plan.core_split.parts - 1 else plan.tail_block_split
         for offset, length in split.ranges():
             yield start + offset, start + offset + length
+
+
+def stream_sums(streams: np.ndarray, chunk_elems: int, mean: np.ndarray | None) -> np.ndarray:
+    """Per-channel sums of ``streams`` (C, R) in ``streams.channel_stats``' order (of ``(v - mean)^2``, each rounded,
+    when ``mean`` is given): 64 lanes a chunk of ``chunk_elems``, folded pairwise, chunk sums in order."""
+    total = np.zeros(streams.shape[0], F32)
+    for start in range(0, streams.shape[1], chunk_elems):
+        values = streams[:, start:start + chunk_elems]
+        if mean is not None:
+            values = values - mean[:, None]
+            values = values * values
+        lanes = np.zeros((streams.shape[0], LANES), F32)
+        lanes_add(lanes, values)
+        total = total + pairwise64(lanes)
+    return total
+
+
+def stream_stats(x3: np.ndarray, chunk_elems: int, eps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mean, S2, invstd)`` per channel of a float32 (N, C, HxW) array (``streams.channel_stats``)."""
+    streams = x3.transpose(1, 0, 2).reshape(x3.shape[1], -1)
+    count = F32(streams.shape[1])
+    mean = stream_sums(streams, chunk_elems, None) / count
+    sqdev = stream_sums(streams, chunk_elems, mean)
+    return mean, sqdev, F32(1.0) / np.sqrt(sqdev / count + F32(eps))
+
+
+def planes_sums(args, dy: np.ndarray, x: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sum dy, sum dy * (x - mean))`` per channel of float32 (N, C, HxW) arrays in ``planes.channel_sums``'
+    order (``args`` a PlanesArgs): each segment's planes added position by position in plane order, the row summed
+    by 64 lanes and folded, the segments' sums added in order; every channel side by side."""
+    sums = [np.zeros(args.c, F32), np.zeros(args.c, F32)]
+    for seg in range(args.segs_per_plane):
+        cut = slice(seg * args.row_elems, min((seg + 1) * args.row_elems, args.hxw))
+        rows = [np.zeros((args.c, cut.stop - cut.start), F32), np.zeros((args.c, cut.stop - cut.start), F32)]
+        for plane in range(args.n):
+            d = dy[plane, :, cut]
+            rows[0] = rows[0] + d
+            rows[1] = rows[1] + d * (x[plane, :, cut] - mean[:, None])
+        for total, row in zip(sums, rows, strict=True):
+            lanes = np.zeros((args.c, LANES), F32)
+            lanes_add(lanes, row)
+            total += pairwise64(lanes)
+    return sums[0], sums[1]

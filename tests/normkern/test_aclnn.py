@@ -36,6 +36,7 @@ def test_first_phase_statuses_in_cann_order(args, status, message):
     assert aclnn.aclGetRecentErrMsg() is None
 
 
+@pytest.mark.usefixtures("host_templates")  # TINY is a host-arch SoC; its rows strategies have the workspace
 def test_partials_really_go_to_the_callers_workspace():
     x = make_input((40, 3, 100), "float32")
     mean, invstd = _outputs()
@@ -56,6 +57,7 @@ def test_partials_really_go_to_the_callers_workspace():
     assert np.array_equal(bits(mean), bits(sim_mean)) and np.array_equal(bits(invstd), bits(sim_invstd))
 
 
+@pytest.mark.usefixtures("host_templates")
 def test_nan_filled_workspace_changes_nothing():
     x = make_input((40, 3, 100), "float16")
     runs = []
@@ -82,6 +84,7 @@ def test_nan_filled_workspace_changes_nothing():
     (lambda ex, size: (np.zeros(size, np.uint8), size, None), 161001,
      "[batch_norm_stats] executor must not be None (null pointer), got None"),
 ])
+@pytest.mark.usefixtures("host_templates")
 def test_second_phase_refuses_bad_workspaces_without_writing(make_call, status, message):
     x = make_input((40, 3, 100), "float32")
     mean, invstd = _outputs()

@@ -15,8 +15,10 @@ from tests.tolerances import assert_close
 from .conftest import DTYPES, make_input, make_spread_input
 
 HOST = tiling.get_soc("host")
-#: Chunks of 16384: streams of one chunk, a chunk and a tail, several chunks; planes of 49, 64 and 3000.
-SHAPES = [(8, 3, 7, 7), (2, 5, 64), (6, 2, 3000), (2, 3), (1, 4, 16384), (3, 2, 11000), (2, 3, 2, 3, 5)]
+#: Chunks of 16384: streams of one chunk, a chunk and a tail, several chunks; planes of 49, 64 and 3000; float32
+#: planes of whole lane steps (64, 16384, 6400: one cut by a chunk's end) summed where they lie.
+SHAPES = [(8, 3, 7, 7), (2, 5, 64), (6, 2, 3000), (2, 3), (1, 4, 16384), (3, 2, 11000), (2, 3, 2, 3, 5),
+          (3, 2, 6400)]
 
 
 def _same(a, b) -> bool:

@@ -10,7 +10,7 @@ from tests.tolerances import assert_close
 
 from .conftest import TINY, bits, make_input
 
-STRATEGIES = ("split_c", "split_r", "atomic")
+STRATEGIES = ("split_c", "split_r", "atomic", "channels")
 # float32 blocks on TINY hold 256 elements, half blocks 192 (see conftest).
 BLOCK = {"float32": 256, "float16": 192, "bfloat16": 192}
 

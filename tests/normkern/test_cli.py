@@ -210,11 +210,12 @@ def test_the_docs_pictures_are_what_their_commands_draw(tmp_path, name):
 def test_warmup_reports_each_kernel_call_and_refuses_unknown_ops(capsys):
     assert main(["warmup", "--ops", "batch_norm_stats", "--dtypes", "float32", "--socs", "host"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in out[:-1]] == ["[2/4] batch_norm_stats float32 host split_c 4x8x6x6",
-                                                          "[3/4] batch_norm_stats float32 host split_r 4x8x6x6",
-                                                          "[4/4] batch_norm_stats float32 host atomic 4x8x6x6"]
+    strategies = ("split_c", "split_r", "atomic", "channels")  # [1/10] and [6/10]: empty, no kernel
+    assert [line.split(":")[0] for line in out[:-1]] == [
+        f"[{first + k}/10] batch_norm_stats float32 host {name} {shape}"
+        for first, shape in ((2, "4x8x6x6"), (7, "4x8x8x8")) for k, name in enumerate(strategies)]
     assert all(re.fullmatch(r".*: \d+\.\d\d s", line) for line in out[:-1])
-    assert out[-1].startswith("warmed 3 kernel calls in ")
+    assert out[-1].startswith("warmed 8 kernel calls in ")
     assert main(["warmup", "--ops", "layer_norm"]) == 2
     assert "[warmup] op must be one of" in capsys.readouterr().err
 

@@ -37,7 +37,7 @@ CASES = [
      "[batch_norm_stats] input dim 1 (C) must be positive, got shape (2, 0, 3)"),
     (dict(input=X, eps="small"), ACLNN_ERR_PARAM_INVALID, "[batch_norm_stats] eps must be a real number, got 'small'"),
     (dict(input=X, strategy="fast"), ACLNN_ERR_PARAM_INVALID,
-     "[batch_norm_stats] strategy must be one of empty, split_c, split_r, atomic, got 'fast'"),
+     "[batch_norm_stats] strategy must be one of empty, split_c, split_r, atomic, channels, got 'fast'"),
     (dict(input=X, deterministic=1), ACLNN_ERR_PARAM_INVALID,
      "[batch_norm_stats] deterministic must be True, False or None, got 1"),
     (dict(input=X, arrival_seed=-1), ACLNN_ERR_PARAM_INVALID,

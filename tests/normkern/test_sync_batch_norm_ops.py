@@ -86,7 +86,7 @@ def test_batch_norm_elemt_npu_scale_is_recomputed_from_the_variance():
     assert np.array_equal(npu[0, :, 0], expected)
 
 
-REDUCE_STRATEGIES = [None, "split_c", "split_r", "atomic"]
+REDUCE_STRATEGIES = [None, "split_c", "split_r", "atomic", "planes"]
 
 
 @pytest.mark.parametrize("soc", BACKWARD_SOCS, ids=_soc_id)

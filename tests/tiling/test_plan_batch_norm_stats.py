@@ -31,7 +31,7 @@ def _times_read(plan) -> np.ndarray:
 
 @settings(max_examples=150, deadline=None)
 @given(shapes, st.sampled_from(("float32", "float16", "bfloat16")), st.sampled_from(SOCS),
-       st.sampled_from((None, "split_c", "split_r", "atomic")))
+       st.sampled_from((None, "split_c", "split_r", "atomic", "channels")))
 def test_every_plan_is_consistent(shape, dtype, soc, strategy):
     if dtype not in tiling.support("batch_norm_stats", get_soc(soc)).dtypes:
         with pytest.raises(TilingError, match=f"dtype must be one of .* on {soc}, got {dtype}"):
@@ -47,6 +47,12 @@ def test_every_plan_is_consistent(shape, dtype, soc, strategy):
     if plan.strategy is S.EMPTY:
         assert plan.reduction_len == 0 and plan.workspace.total_bytes == 0
         return
+    if plan.strategy is S.CHANNELS:  # normkern's own, the host's first: BatchNorm's training statistics
+        assert get_soc(soc).arch == tiling.HOST and plan.workspace.user_bytes == 0
+        assert plan.core_split.total == plan.c and plan.chunks_per_channel == -(-plan.reduction_len // 16384)
+        assert plan.tree == tiling.plan_batch_norm(shape, dtype, soc).tree
+        return
+    assert get_soc(soc).arch != tiling.HOST or strategy is not None
     assert (_times_read(plan) == 1).all()
     assert plan.ub_bytes_used <= plan.soc.ub_bytes
     units = plan.c if plan.strategy is S.SPLIT_C else plan.rows_per_channel
@@ -99,7 +105,8 @@ def test_forced_strategies():
     with pytest.raises(TilingError, match=r"strategy split_r cannot run this problem: the reduction axis is a "
                                           r"single row"):
         plan_batch_norm_stats((1, 4, 10), "float32", strategy="split_r")
-    with pytest.raises(TilingError, match="strategy must be one of empty, split_c, split_r, atomic, got 'fast'"):
+    with pytest.raises(TilingError,
+                       match="strategy must be one of empty, split_c, split_r, atomic, channels, got 'fast'"):
         plan_batch_norm_stats((1, 4, 10), "float32", strategy="fast")
 
 

@@ -110,7 +110,8 @@ def prepare(input, weight, bias, running_mean, running_var, training, momentum, 
             if training:  # a running statistic that is None is updated in a scratch array (CANN's fill)
                 rm = np.zeros(channels, F32) if running_mean is None else f32_buffer(running_mean, channels, True)
                 rv = np.ones(channels, F32) if running_var is None else f32_buffer(running_var, channels, True)
-                launch(kernel.train, spans(), flat_x, args, eps32, momentum32, w, b, rm, rv, flat_y, mean, invstd)
+                body = kernel.train_direct if args.direct else kernel.train
+                launch(body, spans(), flat_x, args, eps32, momentum32, w, b, rm, rv, flat_y, mean, invstd)
                 write_back(((running_mean, rm), (running_var, rv)))
             else:
                 mean[:] = 0.0 if running_mean is None else running_mean

@@ -10,25 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiling import LANES, BatchNormPlan, BatchNormStrategy
+from tiling import BatchNormPlan, BatchNormStrategy
 
-from ...kernels.simulate import lanes_add, pairwise64
+from ...kernels.simulate import stream_stats
 
 F32 = np.float32
-
-
-def _stream_sums(plan: BatchNormPlan, streams: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
-    """Per-channel sums of ``streams`` (C, R) (of ``(v - mean)^2`` when ``mean`` is given), chunk by chunk."""
-    total = np.zeros(streams.shape[0], F32)
-    for start in range(0, streams.shape[1], plan.chunk_elems):
-        values = streams[:, start:start + plan.chunk_elems]
-        if mean is not None:
-            values = values - mean[:, None]
-            values = values * values
-        lanes = np.zeros((streams.shape[0], LANES), F32)
-        lanes_add(lanes, values)
-        total = total + pairwise64(lanes)
-    return total
 
 
 def simulate(plan: BatchNormPlan, x, weight, bias, running_mean, running_var, momentum: float, eps: float):
@@ -44,11 +30,7 @@ def simulate(plan: BatchNormPlan, x, weight, bias, running_mean, running_var, mo
         return np.empty(x.shape, x.dtype), np.zeros(c, F32), np.full(c, np.nan, F32), rm, rv
     planes = np.ascontiguousarray(x).astype(F32).reshape(plan.n, c, plan.hxw)
     if plan.training:
-        streams = planes.transpose(1, 0, 2).reshape(c, -1)
-        count = F32(plan.stream_elems)
-        mean = _stream_sums(plan, streams, None) / count
-        sqdev = _stream_sums(plan, streams, mean)
-        invstd = F32(1.0) / np.sqrt(sqdev / count + eps32)
+        mean, sqdev, invstd = stream_stats(planes, plan.chunk_elems, eps32)
         keep = F32(1.0) - momentum32
         rm = rm * keep + mean * momentum32
         rv = rv * keep + sqdev / F32(plan.stream_elems - 1) * momentum32

@@ -103,12 +103,13 @@ def prepare(grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, 
                                                                      stats_dtype=stats, devices=counter.size))
 
     spans = call_runs(plan, lambda: kernel_args(plan).core_count, 3 * input.nbytes, THREAD_BYTES)
+    body = kernel.channels if plan.strategy is ElementwiseStrategy.CHANNELS else kernel.elemt_backward
 
     def run(workspace, grad_out, input, mean, invstd, weight, sum_dy, sum_dy_xmu, counter, grad_input):
         def compute(out):
             dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
             x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-            launch(kernel.elemt_backward, spans(), dy, x, kernel_args(plan),
+            launch(body, spans(), dy, x, kernel_args(plan),
                    *channel_factors(plan, mean, invstd, weight, sum_dy, sum_dy_xmu, counter), out)
 
         return elementwise_output(grad_input, input, None if plan.strategy is ElementwiseStrategy.EMPTY else compute)

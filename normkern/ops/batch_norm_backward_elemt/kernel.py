@@ -1,5 +1,6 @@
-"""The BatchNormElemtBackward kernel: the walk of ``kernels.planes.plane_end`` over a plan's flat ranges,
-one fixed float32 expression per element."""
+"""The BatchNormElemtBackward kernels, one fixed float32 expression per element: the host's ``channels`` plan walks
+each core's channels plane by plane (``batch_norm_elemt.kernel.channels``' walk), the NPU plans' model the flat ranges
+of ``kernels.planes.plane_end``."""
 
 from __future__ import annotations
 
@@ -35,3 +36,19 @@ def elemt_backward(dy, x, args, mean, mean_dy, factor, scale, out, begin, end):
     ``scale = invstd * weight`` formed once per channel: the same float32 values it forms per element)."""
     for core in range(begin, end):
         _core(dy, x, args, core, mean, mean_dy, factor, scale, out)
+
+
+@body
+def channels(dy, x, args, mean, mean_dy, factor, scale, out, begin, end):
+    """The ``channels`` plan: ``elemt_backward``'s expression, core k's channels plane by plane."""
+    like = out[0]
+    hxw = args.hxw
+    for core in range(begin, end):
+        first = args.core_start[core]
+        for n in range(args.n):
+            for c in range(first, first + args.core_count[core]):
+                m, mdy, f, s = mean[c], mean_dy[c], factor[c], scale[c]
+                offset = (n * args.c + c) * hxw
+                ds, xs, gs = row_view(dy, offset, hxw), row_view(x, offset, hxw), row_view(out, offset, hxw)
+                for i in range(hxw):
+                    gs[i] = from_f32(((to_f32(ds[i]) - mdy) - (to_f32(xs[i]) - m) * f) * s, like)

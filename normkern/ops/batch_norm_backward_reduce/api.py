@@ -108,7 +108,9 @@ def prepare(grad_out, input, mean, invstd, weight, input_g, weight_g, bias_g, su
         s_dy = np.empty(channels, F32)
         s_p = np.empty(channels, F32)
         args = kernel_args(plan)
-        if plan.strategy is BatchNormReduceBackwardStrategy.SPLIT_C:
+        if plan.strategy is BatchNormReduceBackwardStrategy.PLANES:
+            launch(kernel.planes, spans(), dy3.reshape(-1), x3.reshape(-1), args, shift, s_dy, s_p)
+        elif plan.strategy is BatchNormReduceBackwardStrategy.SPLIT_C:
             launch(kernel.split_c, spans(), dy3, x3, args, shift, s_dy, s_p)
         else:
             launch(kernel.split_r, spans(), dy3, x3, workspace, args, shift)

@@ -7,7 +7,8 @@ Per channel ``c`` over its ``N*HxW`` elements, in float32::
 with ``shift = 0`` on the NPU plans (CANN sums ``dy * x``; ``x - 0`` is ``x`` bit for bit) and
 ``shift = mean[c]`` on the host plans (``plan.centered``). Both sums follow the plan's tree exactly as
 BatchNormStats' pass 1 does: 64 lanes per UB block, block sums in block order, and for
-``split_r``/``atomic`` per-core partials in the workspace added in the given order.
+``split_r``/``atomic`` per-core partials in the workspace added in the given order; the host's ``planes`` plan
+sums in FastBatchNormBackward's ``planes`` order (``kernels.planes.channel_sums``).
 
 The lanes live in one array of the kernel's own, ``lanes[k, 0 or 1, j]``, indexed directly, and each row
 is added 64 elements at a time in one loop of constant trip count: LLVM then vectorizes it. (Lanes in
@@ -22,7 +23,7 @@ from numba import njit
 
 from ...kernels.dtypes import to_f32
 from ...kernels.lanes import LANES, add_tail_pair, fold
-from ...kernels.planes import combine_partials, plane_row
+from ...kernels.planes import channel_sums, combine_partials, plane_row
 from ...kernels.views import row_view
 from ...runtime import body
 
@@ -110,3 +111,15 @@ def add_partials(ws, args, order, sum_dy, sum_p):
     """The two sums' core partials added in ``order[0]`` and ``order[1]`` (core order, or arrival order)."""
     combine_partials(ws, args.sum_offset, order[0], args.c, sum_dy)
     combine_partials(ws, args.sqdev_offset, order[1], args.c, sum_p)
+
+
+@body
+def planes(dy, x, args, mean, sum_dy, sum_p, begin, end):
+    """The host's ``planes`` plan (``args`` a PlanesArgs, ``dy``/``x`` flat): core k's channels, each channel's two
+    sums in FastBatchNormBackward's ``planes`` order (``kernels.planes.channel_sums``)."""
+    acc_dy = np.empty(args.row_elems, np.float32)
+    acc_dyx = np.empty(args.row_elems, np.float32)
+    lanes = np.empty(LANES, np.float32)
+    for core in range(begin, end):
+        for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            sum_dy[c], sum_p[c] = channel_sums(dy, x, c, args, mean[c], acc_dy, acc_dyx, lanes)

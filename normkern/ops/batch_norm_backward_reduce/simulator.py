@@ -2,7 +2,8 @@
 
 The rows, blocks, lanes and core order of a BatchNormStats plan (its simulator's lane helpers), with
 two sums per row: ``dy`` and ``dy * (x - shift)`` (``shift`` is mean on centered plans, else 0), each
-product rounded to float32 before it is added. Scratch starts as NaN, so a read before a write shows.
+product rounded to float32 before it is added; the host's ``planes`` plan in FastBatchNormBackward's ``planes``
+order (``kernels.simulate.planes_sums``). Scratch starts as NaN, so a read before a write shows.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from tiling import LANES, BatchNormReduceBackwardPlan, BatchNormReduceBackwardStrategy
+from tiling.batch_norm_backward_reduce import BatchNormReduceBackwardPlanesPlan
 
-from ...kernels.simulate import lanes_add, pairwise64, plane_row
+from ...kernels.simulate import lanes_add, pairwise64, plane_row, planes_sums
 
 F32 = np.float32
 
@@ -31,7 +33,7 @@ def _sums(plan, dyc, xc, shift, first_row, n_rows):
     return totals
 
 
-def simulate(plan: BatchNormReduceBackwardPlan, dy, x, mean, invstd,
+def simulate(plan: BatchNormReduceBackwardPlan | BatchNormReduceBackwardPlanesPlan, dy, x, mean, invstd,
              arrival_order: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Execute ``plan``: float32 ``(sum_dy, sum_dy_xmu, grad_weight, grad_bias)``; ``arrival_order``
     (2, cores) is the order an atomic plan adds the partials of each sum."""
@@ -44,6 +46,11 @@ def simulate(plan: BatchNormReduceBackwardPlan, dy, x, mean, invstd,
     def by_channel(a):
         return np.ascontiguousarray(a).astype(F32).reshape(plan.n, plan.c, plan.hxw).transpose(1, 0, 2)
 
+    if plan.strategy is BatchNormReduceBackwardStrategy.PLANES:
+        args = plan.kernel_args()
+        sums = planes_sums(args, *(np.ascontiguousarray(a).astype(F32).reshape(plan.n, plan.c, plan.hxw)
+                                   for a in (dy, x)), shift)
+        return sums[0], sums[1], sums[1] * np.asarray(invstd).astype(F32), sums[0]
     dyc, xc = by_channel(dy), by_channel(x)
     if plan.strategy is BatchNormReduceBackwardStrategy.SPLIT_C:
         sums = np.full((2, plan.c), np.nan, F32)

@@ -91,11 +91,12 @@ def prepare(input, weight, bias, mean, invstd, eps, output, *, soc=None, strateg
     empty = plan.strategy is ElementwiseStrategy.EMPTY
     args = None if empty else kernel_args(plan)
     spans = call_runs(plan, lambda: args.core_count, 2 * input.nbytes, THREAD_BYTES)
+    body = kernel.channels if plan.strategy is ElementwiseStrategy.CHANNELS else kernel.elemt
 
     def run(workspace, input, weight, bias, mean, invstd, output):
         def compute(out):
             x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-            launch(kernel.elemt, spans(), x, args,
+            launch(body, spans(), x, args,
                    *channel_factors(plan, weight, bias, mean, invstd, eps), out)
 
         return elementwise_output(output, input, None if empty else compute)

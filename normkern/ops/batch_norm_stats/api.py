@@ -79,7 +79,10 @@ def prepare(input, eps, mean, invstd, *, soc=None, strategy=None, deterministic=
             invstd_out.fill(np.nan)
         else:
             x3 = kernel_view(np.ascontiguousarray(x)).reshape(shape)
-            if plan.strategy is BatchNormStatsStrategy.SPLIT_C:
+            if plan.strategy is BatchNormStatsStrategy.CHANNELS:
+                launch(kernel.channels_direct if args.direct else kernel.channels, spans(), x3.reshape(-1), args, eps32,
+                       mean_out, invstd_out)
+            elif plan.strategy is BatchNormStatsStrategy.SPLIT_C:
                 launch(kernel.split_c, spans(), x3, args, eps32, mean_out, invstd_out)
             else:
                 order = arrival_order(plan, arrival_seed)

@@ -9,7 +9,8 @@ Each sum follows the plan's tree: 64 lanes per UB block (``kernels.lanes``), blo
 and for ``split_r``/``atomic`` per-core partials in the workspace, added in the given order
 (core order, or the arrival order of an atomic plan). The bodies run a run of the plan's cores
 ``[begin, end)`` (``normkern.runtime``); each core writes only its own channels or its own workspace
-row. ``split_r`` is two launches, each followed by its combine.
+row. ``split_r`` is two launches, each followed by its combine. The host's ``channels`` plan is BatchNorm's
+statistics (``kernels.streams.channel_stats``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from numba import njit
 
 from ...kernels.lanes import LANES, accumulate, accumulate_prefetching, accumulate_sqdev, fold, prefetch_row
 from ...kernels.planes import combine_partials, plane_row, plane_segment
+from ...kernels.streams import channel_stats, channel_stats_direct, scratch
 from ...runtime import body
 
 #: Pass 1 prefetches rows shorter than this many elements PREFETCH_AHEAD rows ahead, whole, into
@@ -107,3 +109,25 @@ def split_r_invstd(ws, args, order, eps, invstd_out):
     count = np.float32(args.count)
     for c in range(args.c):
         invstd_out[c] = _invstd(invstd_out[c], count, eps)
+
+
+@body
+def channels(x, args, eps, mean_out, invstd_out, begin, end):
+    """The ``channels`` plan: core k's channels, each its stream's two passes (``x`` flat; ``args`` BatchNormArgs)."""
+    buf, lanes, staged = scratch(args)
+    for core in range(begin, end):
+        for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            mean, _, invstd = channel_stats(x, c, args, buf, lanes, staged, eps)
+            mean_out[c] = mean
+            invstd_out[c] = invstd
+
+
+@body
+def channels_direct(x, args, eps, mean_out, invstd_out, begin, end):
+    """``channels`` on the direct walk (``args.direct``)."""
+    _, lanes, _ = scratch(args)
+    for core in range(begin, end):
+        for c in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+            mean, _, invstd = channel_stats_direct(x, c, args, lanes, eps)
+            mean_out[c] = mean
+            invstd_out[c] = invstd

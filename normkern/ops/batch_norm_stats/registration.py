@@ -35,4 +35,5 @@ RECORD = register(OpRecord(
     simulate=_simulate, reference=lambda kw: batch_norm_stats_reference(kw["input"], kw["eps"]),
     example=lambda shape, dtype, rng, *, eps: {"input": activations(rng, shape, dtype), "eps": eps},
     bytes_moved=lambda kw: bytes_moved(kw["input"].shape, kw["input"].dtype), arrival=arrival_order,
+    warmup=(((4, 8, 6, 6), {}), ((4, 8, 8, 8), {})),  # planes of 64 (float32): the host plan's direct walk
 ))

@@ -1,7 +1,8 @@
 """A NumPy interpreter of BatchNormStats plans: slow, obvious, and equal to the kernels bit for bit.
 
 It walks the plan's fields (core ranges, rows, blocks, lanes, the core order) step by step in
-float32. Scratch (lanes, workspace) starts as NaN, so a read before a write would show. Sums along
+float32 (the host's ``channels`` plan: BatchNorm's stream statistics, ``kernels.simulate.stream_stats``).
+Scratch (lanes, workspace) starts as NaN, so a read before a write would show. Sums along
 one lane use ``np.add.accumulate``, which adds strictly in order; channels are independent and are
 processed side by side.
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from tiling import LANES, BatchNormStatsPlan, BatchNormStatsStrategy
+from tiling.batch_norm import BatchNormStatsChannelsPlan
 
-from ...kernels.simulate import lanes_add, pairwise64, plane_row
+from ...kernels.simulate import lanes_add, pairwise64, plane_row, stream_stats
 
 F32 = np.float32
 
@@ -34,7 +36,7 @@ def _rows_sum(plan, xc, first_row, n_rows, mean):
     return total
 
 
-def simulate(plan: BatchNormStatsPlan, x: np.ndarray, eps: float,
+def simulate(plan: BatchNormStatsPlan | BatchNormStatsChannelsPlan, x: np.ndarray, eps: float,
              arrival_order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Execute ``plan`` on ``x``; returns float32 ``(mean, invstd)``.
 
@@ -45,6 +47,10 @@ def simulate(plan: BatchNormStatsPlan, x: np.ndarray, eps: float,
     count = F32(plan.reduction_len)
     if plan.strategy is BatchNormStatsStrategy.EMPTY:
         return np.zeros(plan.c, F32), np.full(plan.c, np.nan, F32)
+    if plan.strategy is BatchNormStatsStrategy.CHANNELS:
+        x3 = np.ascontiguousarray(x).astype(F32).reshape(plan.n, plan.c, plan.hxw)
+        mean, _, invstd = stream_stats(x3, plan.chunk_elems, eps32)
+        return mean, invstd
     xc = np.ascontiguousarray(x).astype(F32).reshape(plan.n, plan.c, plan.hxw).transpose(1, 0, 2)
     mean = np.full(plan.c, np.nan, F32)
     sqdev = np.full(plan.c, np.nan, F32)

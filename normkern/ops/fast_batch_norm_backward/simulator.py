@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiling import LANES, FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
+from tiling import FastBatchNormBackwardPlan, FastBatchNormBackwardStrategy
 from tiling.fast_batch_norm_backward import pass_extent, pass_step
 
-from ...kernels.simulate import F32, fold_halves, lanes_add, pairwise64
+from ...kernels.simulate import F32, fold_halves, planes_sums
 
 
 def _passes(plan: FastBatchNormBackwardPlan, first: int, count: int):
@@ -88,19 +88,8 @@ def _simulate_planes(plan, dy, x, mean, scale, weight, write_dx):
     """A ``planes`` plan, every channel side by side: each segment's planes added position by position in plane
     order, the result summed by 64 lanes and folded, the segments' sums added in order."""
     args = plan.kernel_args()
-    sums = [np.zeros(plan.a, F32), np.zeros(plan.a, F32)]
-    for seg in range(args.segs_per_plane):
-        cut = slice(seg * args.row_elems, min((seg + 1) * args.row_elems, args.hxw))
-        rows = [np.zeros((plan.a, cut.stop - cut.start), F32), np.zeros((plan.a, cut.stop - cut.start), F32)]
-        for plane in range(args.n):
-            d = dy[plane, :, cut]
-            rows[0] = rows[0] + d
-            rows[1] = rows[1] + d * (x[plane, :, cut] - mean[:, None])
-        for total, row in zip(sums, rows, strict=True):
-            lanes = np.zeros((plan.a, LANES), F32)
-            lanes_add(lanes, row)
-            total += pairwise64(lanes)
-    grad_bias, grad_weight = sums[0], sums[1] * scale
+    sum_dy, sum_dyx = planes_sums(args, dy, x, mean)
+    grad_bias, grad_weight = sum_dy, sum_dyx * scale
     dx = None
     if write_dx:
         r, w = scale[None, :, None], weight[None, :, None]
