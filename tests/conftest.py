@@ -62,14 +62,16 @@ settings.load_profile("normkern")
 @pytest.fixture
 def host_templates(monkeypatch):
     """The templates' host models chosen on a host SoC, normkern's own plans passed over (FastBatchNormBackward's
-    ``planes``, BatchNormStats' ``channels``, BatchNormReduceBackward's ``planes``), as a test of those models needs.
+    ``planes``, BatchNormStats' ``channels``, BatchNormReduceBackward's ``planes``, GroupNormBackward's ``groups``),
+    as a test of those models needs.
     A Bound already cached for a signature keeps its plan: such tests call with shapes of their own."""
     import tiling
 
     caches = (tiling.fast_batch_norm_backward._plan_cached, tiling.batch_norm_stats._plan_cached,
-              tiling.batch_norm_backward_reduce._plan_cached)
+              tiling.batch_norm_backward_reduce._plan_cached, tiling.group_norm_backward._plan_cached)
     monkeypatch.setattr(tiling.fast_batch_norm_backward, "HOST_OWN_PLAN", False)
     monkeypatch.setattr(tiling.batch_norm_stats, "HOST_OWN_PLAN", False)
+    monkeypatch.setattr(tiling.group_norm_backward_groups, "HOST_OWN_PLAN", False)
     for cache in caches:
         cache.cache_clear()
     yield

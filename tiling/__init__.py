@@ -40,6 +40,7 @@ from .group_norm_backward import (
     GroupNormBackwardStrategy,
     plan_group_norm_backward,
 )
+from .group_norm_backward_groups import GroupNormBackwardGroupsPlan, GroupsArgs
 from .plan import (
     SCHEMA_VERSION,
     Plan,
@@ -71,7 +72,8 @@ from .workspace import Region, WorkspaceLayout
 
 __all__ = [
     "FastBatchNormBackwardPlan", "FastBatchNormBackwardStrategy", "plan_fast_batch_norm_backward",
-    "GroupNormBackwardPlan", "GroupNormBackwardStrategy", "plan_group_norm_backward",
+    "GroupNormBackwardPlan", "GroupNormBackwardStrategy", "plan_group_norm_backward", "GroupNormBackwardGroupsPlan",
+    "GroupsArgs",
     "GatherStatsArgs", "GatherStatsPlan", "GatherStatsStrategy", "plan_batch_norm_gather_stats_with_counts",
     "BatchNormArgs", "BatchNormPlan", "BatchNormStrategy", "plan_batch_norm",
     "BatchNormStatsArgs", "BatchNormStatsPlan", "BatchNormStatsStrategy", "plan_batch_norm_stats",

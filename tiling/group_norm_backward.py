@@ -51,7 +51,7 @@ from . import group_norm_backward_arch35 as arch35
 from .picture import Share
 from .plan import Plan, Rejection, Strategy, StrategyRegistry, TilingError, dtype_name, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
-from .soc import ASCEND950, DTYPE_BYTES, SocSpec, get_soc
+from .soc import ASCEND950, DTYPE_BYTES, HOST, SocSpec, get_soc
 from .split import Split
 from .support import require, support
 from .tiling_data import TilingData, c_struct, tiling_data_class
@@ -89,6 +89,7 @@ class GroupNormBackwardStrategy(enum.Enum):
     CANN = "cann"
     ATOMIC = "atomic"
     ARCH35 = "arch35"
+    GROUPS = "groups"
 
 
 S = GroupNormBackwardStrategy
@@ -531,10 +532,31 @@ def _check_atomic(p):
     return Rejection("atomic", "the A2 code takes the workspace path; atomic only when asked for", False)
 
 
-REGISTRY = StrategyRegistry(OP, S, (*(
-    Strategy(s, check, lambda p, r, s=s: _build(p, s, r))
-    for s, check in ((S.EMPTY, _check_empty), (S.CANN, _check_cann), (S.ATOMIC, _check_atomic))),
-    Strategy(S.ARCH35, _check_arch35, _build_arch35)))
+def _check_groups(p):
+    from . import group_norm_backward_groups  # it builds on this module's strategies
+
+    return group_norm_backward_groups.check_groups(p)
+
+
+def _build_groups(p, rejected):
+    from . import group_norm_backward_groups
+
+    return group_norm_backward_groups.build_groups(p, rejected)
+
+
+def _registry(host: bool) -> StrategyRegistry:
+    """The empty exit, then normkern's own ``groups`` on the host; the CANN tilings, then ``groups`` (refused) on
+    the NPUs."""
+    cann = tuple(Strategy(s, check, lambda p, r, s=s: _build(p, s, r))
+                 for s, check in ((S.CANN, _check_cann), (S.ATOMIC, _check_atomic)))
+    empty = Strategy(S.EMPTY, _check_empty, lambda p, r: _build(p, S.EMPTY, r))
+    arch35 = Strategy(S.ARCH35, _check_arch35, _build_arch35)
+    groups = Strategy(S.GROUPS, _check_groups, _build_groups)
+    return StrategyRegistry(OP, S, (empty, groups, *cann, arch35) if host else (empty, *cann, arch35, groups))
+
+
+REGISTRY = _registry(False)
+HOST_REGISTRY = _registry(True)
 
 
 def plan_group_norm_backward(n: int, c: int, hxw: int, group: int, dtype="float32",
@@ -563,4 +585,5 @@ def _plan_cached(n, c, hxw, g, dtype, out_dtype, mask, soc, strategy) -> GroupNo
     if out_dtype != dtype and out_dtype != "float32":
         raise TilingError(f"[{OP}] on {soc.name} mean's dtype must be the input's ({dtype}) or float32, got "
                           f"{out_dtype} (a float32 input takes float32 statistics only)")
-    return REGISTRY.plan(GroupNormBackwardProblem(n, c, hxw, g, dtype, out_dtype, mask, soc), strategy)
+    registry = HOST_REGISTRY if soc.arch == HOST else REGISTRY
+    return registry.plan(GroupNormBackwardProblem(n, c, hxw, g, dtype, out_dtype, mask, soc), strategy)

@@ -19,7 +19,7 @@ from numba.np.arrayobj import make_array
 from tiling.reduction import LANES
 
 from .dtypes import to_f32
-from .views import _CHECKED
+from .views import _CHECKED, row_view
 
 STEP = 4 * LANES
 F32_ZERO = np.float32(0.0)
@@ -634,3 +634,65 @@ def prefetch_l2_piece(row, start, stop):
     """Ask for the cache lines of ``row[start:stop]`` (clipped to the row) into L2."""
     for i in range(start, min(stop, row.shape[0]), LINE_BYTES // row.itemsize):
         _prefetch_l2(row, i)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def accumulate_products(lanes, k, dy, x, shift):
+    """lanes[k, 0, j] += dy[i] and lanes[k, 1, j] += dy[i] * (x[i] - shift) for i = j + 64 v, v ascending (each
+    product rounded before its add): the two sums of a row in one pass (BatchNormReduceBackward's rows,
+    GroupNormBackward's ``groups`` rows).
+
+    The lanes live in one array of the caller's own, ``lanes[k, 0 or 1, j]`` (``k`` a channel slot), indexed
+    directly, and the row is added 64 elements at a time in one loop of constant trip count: LLVM then vectorizes
+    it. (Lanes in views of a caller's array, or the four-chunk register loop of ``accumulate`` beside it, left
+    the sums at half the speed or less.)"""
+    n = dy.shape[0]
+    pos = 0
+    while pos + LANES <= n:  # whole 64-element chunks: a constant trip count, which LLVM vectorizes
+        for j in range(LANES):
+            g = to_f32(dy[pos + j])
+            lanes[k, 0, j] += g
+            lanes[k, 1, j] += g * (to_f32(x[pos + j]) - shift)
+        pos += LANES
+    if pos < n:  # the partial last chunk in one masked vector step (a short plane is all tail)
+        add_tail_pair(row_view(lanes, 2 * k * LANES, LANES), row_view(lanes, (2 * k + 1) * LANES, LANES), dy, x, pos,
+                      shift)
+
+
+def _pair_lane_sums_intrinsic(width: int):
+    """An intrinsic ``(sum dy, sum dy * (x - shift))`` of a row of at most ``width`` elements (64, 128 or 256) in the
+    order of ``accumulate_products`` on zeroed lanes, then ``fold``: lane ``j`` is ``0 + v[j] + v[j+64] + ...``
+    (each 64-element block of the row added in order; the lanes past the row add +0, which changes no lane: no lane
+    is -0 after its first add onto +0) and the 64 lanes fold pairwise 32+32 .. 1+1; each difference and product
+    rounded, the same IEEE operations, so the same bits. The row is read straight into vector registers (masked
+    loads: nothing past it is read), with no lanes stored and read back (a short row's stores cost as much as its
+    arithmetic)."""
+
+    @intrinsic
+    def pair_lane_sums(typingctx, dy_row, x_row, shift):
+        if not (_is_short_row(dy_row) and x_row == dy_row and shift == types.float32):
+            return None
+
+        def codegen(context, builder, signature, args):
+            row_type = signature.args[0]
+            n = _length(context, builder, row_type, args[0])
+            zero = ir.Constant(_f32x(LANES), [0.0] * LANES)
+            sums, products = zero, zero
+            for offset in range(0, width, LANES):
+                mask = _lanes_below(builder, n, offset, LANES)
+                dy = _load_row(context, builder, row_type, args[0], mask, offset, LANES)
+                x = _load_row(context, builder, row_type, args[1], mask, offset, LANES)
+                product = builder.fmul(dy, builder.fsub(x, _splat(builder, args[2], LANES)))
+                sums = builder.fadd(sums, dy)
+                products = builder.fadd(products, builder.select(mask, product, zero))
+            result = [_halve_to_one(builder, sums, LANES), _halve_to_one(builder, products, LANES)]
+            return context.make_tuple(builder, signature.return_type, result)
+
+        return types.UniTuple(types.float32, 2)(dy_row, x_row, shift), codegen
+
+    return pair_lane_sums
+
+
+pair_lane_sums_64 = _pair_lane_sums_intrinsic(LANES)
+pair_lane_sums_128 = _pair_lane_sums_intrinsic(2 * LANES)
+pair_lane_sums_256 = _pair_lane_sums_intrinsic(4 * LANES)

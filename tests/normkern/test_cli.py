@@ -166,6 +166,8 @@ DOC_PICTURES = {
     (["group_norm_backward", "--shape", "8,256,56,56", "--group", "32", "--strategy", "atomic"],
      "group_norm_backward [atomic] on Ascend910B2"),
     (["group_norm_backward", "--shape", "8,64,14,14", "--group", "8", "--soc", "host"],
+     "group_norm_backward [groups] on host"),
+    (["group_norm_backward", "--shape", "8,64,14,14", "--group", "8", "--soc", "host", "--strategy", "cann"],
      "group_norm_backward [cann] on host"),
 ])
 def test_plan_draws_its_picture(tmp_path, capsys, args, head):

@@ -80,7 +80,7 @@ def assert_close_to_reference(inputs, got, n, c, hxw, group):
         assert_close(value, want, scale=max(np.abs(want).max(), term if name == "grad_input" else 0.0), name=name)
 
 
-@pytest.mark.parametrize("strategy", [None, "atomic"], ids=["cann", "atomic"])
+@pytest.mark.parametrize("strategy", ["cann", "atomic", "groups"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("n, c, hxw, group, why", CASES, ids=[case[-1] for case in CASES])
 def test_kernel_equals_simulator(n, c, hxw, group, why, dtype, strategy):
@@ -90,7 +90,7 @@ def test_kernel_equals_simulator(n, c, hxw, group, why, dtype, strategy):
     assert_close_to_reference(inputs, got, n, c, hxw, group)
 
 
-@pytest.mark.parametrize("strategy", [None, "atomic"], ids=["cann", "atomic"])
+@pytest.mark.parametrize("strategy", ["cann", "atomic", "groups"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("n, c, hxw, group, why", CASES, ids=[case[-1] for case in CASES])
 def test_kernel_equals_simulator_on_spread_magnitudes(n, c, hxw, group, why, dtype, strategy):
@@ -105,6 +105,7 @@ def test_kernel_equals_simulator_on_spread_magnitudes(n, c, hxw, group, why, dty
                                        (100, "stage1_short_128"), (128, "stage1_short_128"),
                                        (129, "stage1_short_256"), (196, "stage1_short_256"),
                                        (256, "stage1_short_256"), (257, "stage1_rows")])
+@pytest.mark.usefixtures("host_templates")
 def test_host_short_row_bodies_give_the_simulators_bits(hxw, body, dtype):
     """The host's whole-row bodies by row length (rows read straight into registers up to 256 elements;
     odd lengths give unaligned channels), on data where another tree would show in the bits."""
@@ -147,6 +148,7 @@ def test_streamed_grad_input_gives_the_simulators_bits(n, c, hxw, group, why, of
     assert np.array_equal(bits(out[1]), bits(sim[1])) and np.array_equal(bits(out[2]), bits(sim[2]))
 
 
+@pytest.mark.usefixtures("host_templates")
 def test_the_small_soc_reaches_every_mode():
     modes = {tiling.plan_group_norm_backward(n, c, hxw, g, dtype, SMALL).mode
              for n, c, hxw, g, _ in CASES for dtype in ("float32", "float16")}

@@ -54,6 +54,7 @@ def test_first_phase_statuses_and_messages(changes, status, message):
     assert aclnn.aclGetRecentErrMsg() == message
 
 
+@pytest.mark.usefixtures("host_templates")  # the A2 code's host model
 def test_a2_limits_apply_only_on_a2():
     x = np.zeros((1, 8001, 1), F32)
     stats = np.zeros((1, 1), F32)
@@ -113,6 +114,7 @@ def test_empty_input_succeeds_after_the_checks_with_no_workspace():
     assert bad[0] == 161002     # unlike FastBatchNormBackward, the checks come first
 
 
+@pytest.mark.usefixtures("host_templates")
 def test_partial_rows_go_to_the_callers_workspace():
     dy, x, mean, rstd, gamma = make_problem(5, 4, 16, 2, "float32")
     outs = (np.empty_like(x), np.full(4, np.nan, F32), np.full(4, np.nan, F32))

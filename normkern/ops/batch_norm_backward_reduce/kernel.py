@@ -10,10 +10,7 @@ BatchNormStats' pass 1 does: 64 lanes per UB block, block sums in block order, a
 ``split_r``/``atomic`` per-core partials in the workspace added in the given order; the host's ``planes`` plan
 sums in FastBatchNormBackward's ``planes`` order (``kernels.planes.channel_sums``).
 
-The lanes live in one array of the kernel's own, ``lanes[k, 0 or 1, j]``, indexed directly, and each row
-is added 64 elements at a time in one loop of constant trip count: LLVM then vectorizes it. (Lanes in
-views of a caller's array, or the four-chunk register loop of ``lanes.accumulate`` beside it, left the
-sums at half the speed or less.)
+The lanes live in one array of the kernel's own, ``lanes[k, 0 or 1, j]`` (``lanes.accumulate_products``).
 """
 
 from __future__ import annotations
@@ -21,28 +18,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...kernels.dtypes import to_f32
-from ...kernels.lanes import LANES, add_tail_pair, fold
+from ...kernels.lanes import LANES, accumulate_products, fold
 from ...kernels.planes import channel_sums, combine_partials, plane_row
 from ...kernels.views import row_view
 from ...runtime import body
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _accumulate_products(lanes, k, dy, x, shift):
-    """lanes[k, 0, j] += dy[i] and lanes[k, 1, j] += dy[i] * (x[i] - shift) for i = j + 64 v, v ascending
-    (each product rounded before its add)."""
-    n = dy.shape[0]
-    pos = 0
-    while pos + LANES <= n:  # whole 64-element chunks: a constant trip count, which LLVM vectorizes
-        for j in range(LANES):
-            g = to_f32(dy[pos + j])
-            lanes[k, 0, j] += g
-            lanes[k, 1, j] += g * (to_f32(x[pos + j]) - shift)
-        pos += LANES
-    if pos < n:  # the partial last chunk in one masked vector step (a short plane is all tail)
-        add_tail_pair(row_view(lanes, 2 * k * LANES, LANES), row_view(lanes, (2 * k + 1) * LANES, LANES), dy, x, pos,
-                      shift)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -79,7 +58,7 @@ def _channels_sums(dy, x, args, first_c, count_c, first_row, n_rows, shift, sum_
         for r in range(first_row, end):
             for k in range(width):
                 c = group + k
-                _accumulate_products(lanes, k, plane_row(dy, c, r, args), plane_row(x, c, r, args), shift[c])
+                accumulate_products(lanes, k, plane_row(dy, c, r, args), plane_row(x, c, r, args), shift[c])
             if (r + 1 - first_row) % block == 0 or r + 1 == end:
                 for k in range(width):
                     _fold_into(lanes, k, sum_dy, sum_p, group + k)

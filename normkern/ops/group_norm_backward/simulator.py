@@ -5,7 +5,8 @@ Stage 1 walks every task (n, g) and channel with the fold-halves ReduceSum on ma
 through a NaN-filled workspace exactly as the plan says: batch pairs onto rows, rows folded in UB
 batches with the halving tree, two fp32 halves onto zeroed outputs, or every task's partials in the
 given arrival order. An arch35 (Ascend950) plan goes through ``simulate_arch35``: op_kernel/arch35's
-binary-add sums, its dx formula and its stage-2 trees, on whole rows of channels at once.
+binary-add sums, its dx formula and its stage-2 trees, on whole rows of channels at once. The host's ``groups``
+plan goes through ``simulate_groups``: each row's two 64-lane sums, the tasks' and the batch's sums in order.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from tiling import LANES, GroupNormBackwardPlan, GroupNormBackwardStrategy
 
-from ...kernels.simulate import F32, fold_halves, pairwise64
+from ...kernels.simulate import F32, fold_halves, lanes_add, pairwise64
 
 S = GroupNormBackwardStrategy
 
@@ -67,6 +68,8 @@ def simulate(plan: GroupNormBackwardPlan, dy3, x3, mean, rstd, gamma, arrival_or
     atomic plan. An arch35 plan runs ``simulate_arch35``."""
     if plan.strategy is S.ARCH35:
         return simulate_arch35(plan, dy3, x3, mean, rstd, gamma)
+    if plan.strategy is S.GROUPS:
+        return simulate_groups(plan, dy3, x3, mean, rstd, gamma)
     td = plan.tiling_data
     dy, x = dy3.astype(F32), x3.astype(F32)
     c_g, tasks = plan.c_g, plan.n * plan.g
@@ -276,3 +279,42 @@ def simulate_arch35(plan: GroupNormBackwardPlan, dy3, x3, mean, rstd, gamma):
             rows.append(paired)
     reduce = _stage2_tree if td["stage2Mode"] == 1 else _stage2_tiles
     return dx, reduce(rows[0], td), reduce(rows[1], td)
+
+
+def simulate_groups(plan, dy3, x3, mean, rstd, gamma):
+    """Execute a ``groups`` plan (``tiling.group_norm_backward_groups``) on (N*G, C_G, HxW) arrays, every row side
+    by side: each row's ``dy`` and ``dy * (x - m)`` summed by 64 lanes a segment and folded, the segments in order;
+    a task's ``A``, ``B`` over its channels in order; grad_gamma and grad_beta over the batch in order."""
+    n, g, c_g, hxw = plan.n, plan.g, plan.c_g, plan.hxw
+    args = plan.kernel_args()
+    dy = dy3.astype(F32).reshape(n * g, c_g, hxw)
+    x = x3.astype(F32).reshape(n * g, c_g, hxw)
+    m = np.asarray(mean, F32).reshape(n * g)
+    r = np.asarray(rstd, F32).reshape(n * g)
+    sums = np.zeros((2, n * g, c_g), F32)
+    for start in range(0, hxw, args.row_elems):
+        cut = slice(start, min(start + args.row_elems, hxw))
+        d = dy[:, :, cut].reshape(n * g * c_g, -1)
+        products = d * (x[:, :, cut] - m[:, None, None]).reshape(n * g * c_g, -1)
+        for which, values in enumerate((d, products)):
+            lanes = np.zeros((n * g * c_g, LANES), F32)
+            lanes_add(lanes, values)
+            sums[which] = sums[which] + pairwise64(lanes).reshape(n * g, c_g)
+    gam = np.asarray(gamma, F32).reshape(g, c_g)
+    gam_t = np.tile(gam, (n, 1))  # (N*G, C_G): each task's channels' gamma
+    a = np.zeros(n * g, F32)
+    b = np.zeros(n * g, F32)
+    for j in range(c_g):
+        a = a + gam_t[:, j] * sums[0, :, j]
+        b = b + gam_t[:, j] * sums[1, :, j]
+    grad_beta = np.zeros((g, c_g), F32)
+    grad_gamma = np.zeros((g, c_g), F32)
+    for batch in range(n):
+        tasks = slice(batch * g, (batch + 1) * g)
+        grad_beta = grad_beta + sums[0, tasks]
+        grad_gamma = grad_gamma + sums[1, tasks] * r[tasks, None]
+    count = F32(c_g * hxw)
+    e = (r * a) / count
+    f = (((r * r) * r) * b) / count
+    dx = dy * (gam_t * r[:, None])[:, :, None] - ((x - m[:, None, None]) * f[:, None, None] + e[:, None, None])
+    return dx, grad_gamma.reshape(-1), grad_beta.reshape(-1)
