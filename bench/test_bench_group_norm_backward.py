@@ -59,3 +59,35 @@ def test_group_norm_backward(benchmark, environment, stream, shape, group, dtype
     row["cann_over_atomic"] = round(times["nk_Ascend910B2"][0] / times["nk_atomic"][0], 2)
     benchmark.extra_info.update(row)
     record(row)
+
+
+#: Issue 49's op table: the layer table's shapes (G = 32) and the ResNet one (G = 8), float32.
+HOST_CASES = [((8, 1024, 14, 14), 32), ((8, 2048, 7, 7), 32), ((32, 256, 14, 14), 32), ((2, 64, 56, 56), 32),
+              ((32, 64, 28, 28), 8), ((8, 256, 56, 56), 32), ((4, 512, 96, 96), 32)]
+
+
+@pytest.mark.parametrize("shape, group", HOST_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple)
+                         else f"G{v}")
+def test_host_plan_against_pytorch(benchmark, environment, stream, shape, group):
+    """The host's own plan (``groups``) and the A2 code's host model (``cann`` on the host) against
+    ``native_group_norm_backward``, with the row's triad (bytes: dy and x read, dx written)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    n, c = shape[:2]
+    hxw = int(np.prod(shape[2:]))
+    x = (rng.standard_normal(shape) + 1).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    grouped = x.reshape(n, group, -1)
+    mean = grouped.mean(axis=-1).astype(np.float32)
+    rstd = (1 / np.sqrt(grouped.var(axis=-1) + 1e-5)).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    out = (np.empty(shape, np.float32), np.empty(c, np.float32), np.empty(c, np.float32))
+    args = (dy, x, mean, rstd, gamma, n, c, hxw, group)
+    targs = [torch.from_numpy(a) for a in (dy, x, mean.reshape(n, group), rstd.reshape(n, group), gamma)]
+    row = {"op": "group_norm_backward_host", "shape": "x".join(map(str, shape)), "G": group, "dtype": "float32"}
+    runs = {"groups": lambda: normkern.group_norm_backward(*args, soc="host", out=out),
+            "cann_host": lambda: normkern.group_norm_backward(*args, soc="host", strategy="cann", out=out),
+            "torch": lambda: torch.ops.aten.native_group_norm_backward(*targs, n, c, hxw, group, [True] * 3)}
+    time_against_triad(benchmark, stream, runs, row, bytes_moved(n, c, hxw, "float32"), ["groups", "cann_host"])
+    benchmark.extra_info.update(row)
+    record(row)

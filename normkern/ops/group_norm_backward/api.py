@@ -234,8 +234,8 @@ def _groups(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb) -> None:
     dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)
     args = kernel_args(plan)
     spans = plan_spans(plan, lambda: args.core_count, 3 * dy.nbytes, THREAD_BYTES)
-    launch(groups.groups, spans, dy, x, kernel_view(dx), args, m32, r32, g32, mask[0], dgamma.reshape(-1),
-           dbeta.reshape(-1))
+    launch(groups.body_for(plan.hxw), spans, dy, x, kernel_view(dx), args, m32, r32, g32, mask[0],
+           dgamma.reshape(-1), dbeta.reshape(-1))
     if mask[0] and not direct:
         gi[...] = dx.reshape(gi.shape)
     write_back(((gg if mask[1] else None, dgamma.reshape(gg.shape) if mask[1] else dgamma),

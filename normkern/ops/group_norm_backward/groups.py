@@ -34,15 +34,7 @@ def _segment_sums(dy, x, offset, length, m, lanes, flat):
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _row_sums(dy, x, offset, args, m, lanes, flat):
-    """``(sum dy, sum dy * (x - m))`` of the row at ``offset``: a segment at a time, the segments' sums in order; a
-    row of at most 256 elements in vector registers (``lanes.pair_lane_sums_*``, the same bits)."""
-    hxw = args.hxw
-    if hxw <= LANES:
-        return pair_lane_sums_64(row_view(dy, offset, hxw), row_view(x, offset, hxw), m)
-    if hxw <= 2 * LANES:
-        return pair_lane_sums_128(row_view(dy, offset, hxw), row_view(x, offset, hxw), m)
-    if hxw <= 4 * LANES:
-        return pair_lane_sums_256(row_view(dy, offset, hxw), row_view(x, offset, hxw), m)
+    """``(sum dy, sum dy * (x - m))`` of the row at ``offset``: a segment at a time, the segments' sums in order."""
     if args.segs_per_row == 1:
         return _segment_sums(dy, x, offset, args.hxw, m, lanes, flat)
     s_dy = F32(0.0)
@@ -70,33 +62,62 @@ def _task_dx(dy, x, dx, args, n, first, m, r, e, f, gamma):
             gs[i] = from_f32(to_f32(ds[i]) * k - ((to_f32(xs[i]) - m) * f + e), like)
 
 
-@body
-def groups(dy, x, dx, args, mean, rstd, gamma, write_dx, grad_gamma, grad_beta, begin, end):
-    """Per task ``(n, g)`` of the core's groups, n in order: the rows' sums, grad_gamma and grad_beta added in batch
-    order, then (``write_dx``) the task's dx."""
-    lanes = np.zeros((1, 2, LANES), F32)
-    flat = row_view(lanes, 0, 2 * LANES)
-    hxw = args.hxw
-    count = F32(args.c_g * hxw)
-    for core in range(begin, end):
-        groups_first = args.core_start[core] * args.c_g
-        for c in range(groups_first, groups_first + args.core_count[core] * args.c_g):
-            grad_gamma[c] = 0.0
-            grad_beta[c] = 0.0
-        for n in range(args.n):  # batch order; each batch's groups in memory order
-            for g in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
-                first = g * args.c_g
-                t = n * args.g + g
-                m = mean[t]
-                r = rstd[t]
-                a = F32(0.0)
-                b = F32(0.0)
-                for j in range(args.c_g):
-                    c = first + j
-                    s_dy, s_ds = _row_sums(dy, x, (n * args.c + c) * hxw, args, m, lanes, flat)
-                    a += gamma[c] * s_dy
-                    b += gamma[c] * s_ds
-                    grad_beta[c] += s_dy
-                    grad_gamma[c] += s_ds * r
-                if write_dx:
-                    _task_dx(dy, x, dx, args, n, first, m, r, (r * a) / count, (((r * r) * r) * b) / count, gamma)
+def _groups_body(width: int):
+    """The ``groups`` body for rows of at most ``width`` elements (64, 128, 256: in vector registers,
+    ``lanes.pair_lane_sums_*``; 0: any row, through the lanes array). The width is a closure constant: each body
+    compiles one row walk, and a call compiles only its own (``body_for``)."""
+
+    def groups(dy, x, dx, args, mean, rstd, gamma, write_dx, grad_gamma, grad_beta, begin, end):
+        """Per task ``(n, g)`` of the core's groups, n in order: the rows' sums, grad_gamma and grad_beta added in
+        batch order, then (``write_dx``) the task's dx."""
+        lanes = np.zeros((1, 2, LANES), F32)
+        flat = row_view(lanes, 0, 2 * LANES)
+        hxw = args.hxw
+        count = F32(args.c_g * hxw)
+        for core in range(begin, end):
+            groups_first = args.core_start[core] * args.c_g
+            for c in range(groups_first, groups_first + args.core_count[core] * args.c_g):
+                grad_gamma[c] = 0.0
+                grad_beta[c] = 0.0
+            for n in range(args.n):  # batch order; each batch's groups in memory order
+                for g in range(args.core_start[core], args.core_start[core] + args.core_count[core]):
+                    first = g * args.c_g
+                    t = n * args.g + g
+                    m = mean[t]
+                    r = rstd[t]
+                    a = F32(0.0)
+                    b = F32(0.0)
+                    for j in range(args.c_g):
+                        c = first + j
+                        offset = (n * args.c + c) * hxw
+                        if width == LANES:
+                            s_dy, s_ds = pair_lane_sums_64(row_view(dy, offset, hxw), row_view(x, offset, hxw), m)
+                        elif width == 2 * LANES:
+                            s_dy, s_ds = pair_lane_sums_128(row_view(dy, offset, hxw), row_view(x, offset, hxw), m)
+                        elif width:
+                            s_dy, s_ds = pair_lane_sums_256(row_view(dy, offset, hxw), row_view(x, offset, hxw), m)
+                        else:
+                            s_dy, s_ds = _row_sums(dy, x, offset, args, m, lanes, flat)
+                        a += gamma[c] * s_dy
+                        b += gamma[c] * s_ds
+                        grad_beta[c] += s_dy
+                        grad_gamma[c] += s_ds * r
+                    if write_dx:
+                        _task_dx(dy, x, dx, args, n, first, m, r, (r * a) / count, (((r * r) * r) * b) / count, gamma)
+
+    return body(groups)
+
+
+groups_64 = _groups_body(LANES)
+groups_128 = _groups_body(2 * LANES)
+groups_256 = _groups_body(4 * LANES)
+groups_rows = _groups_body(0)
+
+
+def body_for(hxw: int):
+    """The body for rows of ``hxw`` elements."""
+    if hxw <= LANES:
+        return groups_64
+    if hxw <= 2 * LANES:
+        return groups_128
+    return groups_256 if hxw <= 4 * LANES else groups_rows
