@@ -249,7 +249,25 @@ def _stage2(p: GroupNormBackwardProblem, td: dict, used: int, workspace_path: bo
 
 
 @dataclass(frozen=True, kw_only=True)
-class GroupNormBackwardPlan(Plan):
+class GroupNormBackwardDims(Plan):
+    """The fields of every GroupNormBackward plan: the problem's dims and dtypes."""
+
+    strategy: GroupNormBackwardStrategy
+    n: int = unit("", "N")
+    c: int = unit("channels", "C")
+    hxw: int = unit("elements", "HxW, elements of a channel")
+    g: int = unit("groups", "group")
+    dtype: str = unit("", "dtype of grad_out / input")
+    out_dtype: str = unit("", "dtype of mean, rstd, gamma and grad_gamma / grad_beta")
+
+    @property
+    def c_g(self) -> int:
+        """C / group, channels of a group [channels]"""
+        return self.c // self.g if self.g else 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupNormBackwardPlan(GroupNormBackwardDims):
     op = OP
     explain_properties = ("mode_text", "stages")
     explain_notes = (
@@ -259,21 +277,10 @@ class GroupNormBackwardPlan(Plan):
         "dx per task from the task's own sums, in the kernel's formula for the mode",
     )
 
-    strategy: GroupNormBackwardStrategy
-    n: int = unit("", "N")
-    c: int = unit("channels", "C")
-    hxw: int = unit("elements", "HxW, elements of a channel")
-    g: int = unit("groups", "group")
-    dtype: str = unit("", "dtype of grad_out / input")
-    out_dtype: str = unit("", "dtype of mean, rstd, gamma and grad_gamma / grad_beta")
     mode: int = unit("", "stage-1 UB mode (A2: 0 group in UB, 1 one channel, 2 channels, 3 HxW chunks, 5 HxW == 1; "
                          "arch35: 100 group full load, 200 channel full load, 300 recompute, 400 small N x G, "
                          "500 empty)")
     mode0_groups: int = unit("groups", "mode0UbCapGNum: whole groups the UB holds (mode 0 when > 0)")
-
-    @property
-    def c_g(self) -> int:
-        return self.c // self.g if self.g else 0
 
     @property
     def mode_text(self) -> str:

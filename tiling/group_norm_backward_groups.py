@@ -24,9 +24,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .group_norm_backward import GroupNormBackwardStrategy
+from .group_norm_backward import GroupNormBackwardDims, GroupNormBackwardStrategy
 from .picture import Share
-from .plan import Plan, Rejection, unit
+from .plan import Rejection, unit
 from .reduction import LANES, Combine, LaneOrder, ReduceLevel, ReductionTree
 from .soc import HOST
 from .split import Split
@@ -51,7 +51,7 @@ class GroupsArgs(NamedTuple):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GroupNormBackwardGroupsPlan(Plan):
+class GroupNormBackwardGroupsPlan(GroupNormBackwardDims):
     op = "group_norm_backward"
     own_strategies = ("groups",)
     explain_notes = (
@@ -61,19 +61,7 @@ class GroupNormBackwardGroupsPlan(Plan):
         "order in the group's core (no workspace, no second stage)",
     )
 
-    strategy: GroupNormBackwardStrategy
-    n: int = unit("", "N")
-    c: int = unit("channels", "C")
-    hxw: int = unit("elements", "HxW, elements of a channel")
-    g: int = unit("groups", "group")
-    dtype: str = unit("", "dtype of grad_out / input")
-    out_dtype: str = unit("", "dtype of mean, rstd, gamma and grad_gamma / grad_beta")
     output_mask: tuple[bool, bool, bool] = unit("", "(grad_input, grad_gamma, grad_beta) asked for")
-
-    @property
-    def c_g(self) -> int:
-        """C / group, channels of a group [channels]"""
-        return self.c // self.g
 
     def check(self) -> None:
         if self.c % self.g or self.core_split.total != self.g or not self.n * self.c * self.hxw:
