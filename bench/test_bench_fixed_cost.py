@@ -29,14 +29,16 @@ SHAPES = {name: (4, 8) if _registry.get(name).shape_ranks == (2, 2) else (32, 8,
 
 
 def _bare_stats(x):
+    """The host plan's body alone, its arguments made beforehand (the ``channels`` plan's direct or staged walk)."""
     plan = tiling.plan_batch_norm_stats(x.shape, "float32", tiling.get_soc("host"))
     args = plan.kernel_args()
-    x3 = x.reshape(plan.n, plan.c, plan.hxw)
+    flat = x.reshape(-1)
     mean, invstd = np.empty(plan.c, np.float32), np.empty(plan.c, np.float32)
     eps = np.float32(1e-5)
-    if plan.strategy is not tiling.BatchNormStatsStrategy.SPLIT_C:
+    if plan.strategy is not tiling.BatchNormStatsStrategy.CHANNELS:
         pytest.skip(f"the host plan is {plan.strategy.value}")
-    return lambda: stats_kernel.split_c(x3, args, eps, mean, invstd, 0, plan.block_dim)
+    body = stats_kernel.channels_direct if args.direct else stats_kernel.channels
+    return lambda: body(flat, args, eps, mean, invstd, 0, plan.block_dim)
 
 
 @pytest.mark.parametrize("op", _registry.names())
