@@ -22,8 +22,8 @@ F32 = np.float32
 @njit(cache=True, inline="always", error_model="numpy")
 def _segment_sums(dy, x, offset, length, m, lanes, flat):
     """``(sum dy, sum dy * (x - m))`` of ``length`` elements at ``offset``: 64 lanes each, folded; the lanes (zero
-    on entry) are zeroed again through their flat view (a slice assignment of the 3-D array was a third of a short
-    row's time)."""
+    on entry) are zeroed again through their flat view: a slice assignment of the 3-D array costs more than a short
+    row's arithmetic."""
     accumulate_products(lanes, 0, row_view(dy, offset, length), row_view(x, offset, length), m)
     s_dy = fold(row_view(flat, 0, LANES))
     s_ds = fold(row_view(flat, LANES, LANES))
@@ -50,7 +50,7 @@ def _row_sums(dy, x, offset, args, m, lanes, flat):
 @njit(cache=True, error_model="numpy")
 def _task_dx(dy, x, dx, args, n, first, m, r, e, f, gamma):
     """Task ``(n, g)``'s dx, ``dy * (gamma[c] * r) - ((x - m) * f + e)``, channel row by channel row. Not inlined:
-    the dx loop inside the body's row walk slowed that walk fourfold, even where it did not run."""
+    inside the body's row walk, the dx loop changed how the walk compiled and slowed it, even where it did not run."""
     like = dx[0]
     hxw = args.hxw
     for j in range(args.c_g):
