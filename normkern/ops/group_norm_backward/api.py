@@ -194,50 +194,33 @@ def task_statistics(plan: GroupNormBackwardPlan, mean, rstd, gamma) -> tuple[np.
 
 
 def _execute(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb, workspace, arrival_seed) -> None:
-    """Both stages into the caller's arrays: the A2/host kernels, or an arch35 plan's (``kernel_arch35``,
-    imported on first use: A2 and host calls never compile it); the host's ``groups`` plan in one body."""
-    if plan.strategy is S.GROUPS:
-        _groups(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb)
-        return
+    """The plan's kernels into the caller's arrays: the host's ``groups`` plan in one body; the A2/host two stages,
+    or an arch35 plan's (``kernel_arch35``, imported on first use: A2 and host calls never compile it)."""
     dy3, x3 = task_views(plan, grad_out, input)
     direct = mask[0] and gi.dtype == grad_out.dtype and gi.flags.c_contiguous
     dx3 = gi.reshape(dy3.shape) if direct else np.empty(dy3.shape if mask[0] else (0, 0, 0), grad_out.dtype)
     m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
-    partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
-    if plan.strategy is S.ARCH35:
-        from . import kernel_arch35
-
-        params = derived(plan, "arch35_params", lambda: kernel_arch35.params(plan))
-        kernel_arch35.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, params, mask[0],
-                             partials)
+    dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)
+    if plan.strategy is S.GROUPS:
+        args = kernel_args(plan)
+        spans = plan_spans(plan, lambda: args.core_count, 3 * dy3.nbytes, THREAD_BYTES)
+        launch(groups.body_for(plan.hxw), spans, *(kernel_view(t).reshape(-1) for t in (dy3, x3, dx3)), args, m32,
+               r32, g32, mask[0], dgamma.reshape(-1), dbeta.reshape(-1))
     else:
-        _stage1(plan, dy3, x3, dx3, direct, m32, r32, g32, mask[0], partials)
+        partials = np.empty((plan.n * plan.g, 2, plan.c_g), F32)
+        if plan.strategy is S.ARCH35:
+            from . import kernel_arch35
+
+            params = derived(plan, "arch35_params", lambda: kernel_arch35.params(plan))
+            kernel_arch35.stage1(kernel_view(dy3), kernel_view(x3), kernel_view(dx3), m32, r32, g32, params,
+                                 mask[0], partials)
+            kernel_arch35.stage2(partials, params, workspace, dgamma.reshape(-1), dbeta.reshape(-1))
+        else:
+            _stage1(plan, dy3, x3, dx3, direct, m32, r32, g32, mask[0], partials)
+            second_stage(plan, partials, workspace, arrival_order(plan, arrival_seed), dgamma.reshape(-1),
+                         dbeta.reshape(-1))
     if mask[0] and not direct:
         gi[...] = dx3.reshape(gi.shape)
-    dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)
-    if plan.strategy is S.ARCH35:
-        kernel_arch35.stage2(partials, params, workspace, dgamma.reshape(-1), dbeta.reshape(-1))
-    else:
-        second_stage(plan, partials, workspace, arrival_order(plan, arrival_seed), dgamma.reshape(-1),
-                     dbeta.reshape(-1))
-    write_back(((gg if mask[1] else None, dgamma.reshape(gg.shape) if mask[1] else dgamma),
-                (gb if mask[2] else None, dbeta.reshape(gb.shape) if mask[2] else dbeta)))
-
-
-def _groups(plan, grad_out, input, mean, rstd, gamma, mask, gi, gg, gb) -> None:
-    """The ``groups`` plan: one launch of ``groups.groups``, grad_gamma and grad_beta summed in it."""
-    dy = kernel_view(np.ascontiguousarray(grad_out)).reshape(-1)
-    x = kernel_view(np.ascontiguousarray(input)).reshape(-1)
-    direct = mask[0] and gi.dtype == grad_out.dtype and gi.flags.c_contiguous
-    dx = gi.reshape(-1) if direct else np.empty(input.size if mask[0] else 0, grad_out.dtype)
-    m32, r32, g32 = task_statistics(plan, mean, rstd, gamma)
-    dgamma, dbeta = f32_buffer(gg if mask[1] else None, plan.c), f32_buffer(gb if mask[2] else None, plan.c)
-    args = kernel_args(plan)
-    spans = plan_spans(plan, lambda: args.core_count, 3 * dy.nbytes, THREAD_BYTES)
-    launch(groups.body_for(plan.hxw), spans, dy, x, kernel_view(dx), args, m32, r32, g32, mask[0],
-           dgamma.reshape(-1), dbeta.reshape(-1))
-    if mask[0] and not direct:
-        gi[...] = dx.reshape(gi.shape)
     write_back(((gg if mask[1] else None, dgamma.reshape(gg.shape) if mask[1] else dgamma),
                 (gb if mask[2] else None, dbeta.reshape(gb.shape) if mask[2] else dbeta)))
 
