@@ -111,6 +111,12 @@ def transform_active() -> bool:
     return _peek_interpreter_stack() is not None
 
 
+def _transform_in_call() -> bool:
+    """``transform_active`` where a call's checks ask it: never inside a torch.compile trace, which does not follow
+    functorch's stack."""
+    return not torch.compiler.is_compiling() and transform_active()
+
+
 # functorch's stack of active transforms (torch 2.13 has it: a test checks); a torch without it has no torch.func
 _peek_interpreter_stack = getattr(torch._C._functorch, "peek_interpreter_stack", lambda: None)
 
@@ -144,9 +150,15 @@ def batch_norm(module, input: torch.Tensor, *, synchronized: bool = False) -> Ba
                     raise RuntimeError(f"{name} must be defined in evaluation mode")
             elif value.numel() != channels:
                 raise RuntimeError(f"{name} should contain {channels} elements not {value.numel()}")
+        if not synchronized and torch.is_grad_enabled():
+            # native_batch_norm's autograd refuses a statistic it cannot differentiate
+            for name, value in parameters[:2]:
+                if value is not None and value.requires_grad:
+                    raise RuntimeError(f"The function 'native_batch_norm' is not differentiable with respect to "
+                                       f"argument '{name}'. This input cannot have requires_grad True.")
         _check_dtypes(module, "batch_norm", input, parameters[2:] + parameters[:2], dispatch_first=True)
     _check_own(module, input, () if empty else parameters)
-    transform = transform_active()
+    transform = _transform_in_call()
     one_statistic = training and (running_mean is None) != (running_var is None)
     if synchronized and transform:
         raise NotSupportedError(f"[{_layer(module)}] the synchronized batch norm across processes does not run "
@@ -189,4 +201,4 @@ def group_norm(module, input: torch.Tensor) -> bool:
     parameters = (("weight", weight), ("bias", bias))
     _check_dtypes(module, "group_norm", input, parameters, dispatch_first=False)
     _check_own(module, input, parameters)
-    return input.numel() == 0 or transform_active()
+    return input.numel() == 0 or _transform_in_call()

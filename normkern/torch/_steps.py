@@ -79,7 +79,13 @@ class _Channel:
 
 
 def batch_norm_key(module, input: torch.Tensor, training: bool, tensors: tuple):
-    """``tensors``: the layer's weight, bias, running_mean, running_var and num_batches_tracked."""
+    """``tensors``: the layer's weight, bias, running_mean, running_var and num_batches_tracked. None (no step:
+    every call through the full checks) while a running statistic requires grad, which torch refuses in grad
+    mode."""
+    running_mean, running_var = tensors[2], tensors[3]
+    if (running_mean is not None and running_mean.requires_grad) or (running_var is not None and
+                                                                    running_var.requires_grad):
+        return None
     return (input.shape, input.dtype, training, module.track_running_stats, module.momentum, module.eps,
             module.soc, DETERMINISTIC.get(), described(tensors))
 
@@ -178,10 +184,10 @@ class BatchNormStep:
         """(output, mean, invstd) with the running statistics."""
         if self._fused is not None:
             return self._fused(x, self.weight.get(), self.bias.get(), *self._fused_running, None, None, None)
-        mean, invstd = self._eval_statistics()
+        mean, invstd = self.eval_statistics()
         return self.elemt(x, self.weight.get(), self.bias.get(), mean, invstd, None), mean, invstd
 
-    def _eval_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+    def eval_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """(mean, invstd) of the running statistics, float32: ``1 / sqrt(running_var + eps)``."""
         if self._running_views is not None:
             mean, var = self._running_views

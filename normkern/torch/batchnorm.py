@@ -23,19 +23,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from . import _contract, _layout, _steps, _threads
+from . import _contract, _layout, _ops, _steps, _sync, _threads
 from ._autograd import differentiable_backward, first_order_only
 from ._steps import BatchNormStep, channel_grad, input_grad_tensor, output_tensor
-from ._tensors import tensor_op, to_numpy
-
-_stats = tensor_op("batch_norm_stats")
-_gather = tensor_op("batch_norm_gather_stats_with_counts")
-_elemt = tensor_op("batch_norm_elemt")
-_reduce = tensor_op("batch_norm_backward_reduce")
-_elemt_backward = tensor_op("batch_norm_backward_elemt")
-_fast_backward = tensor_op("fast_batch_norm_backward")
-
-F32 = torch.float32
+from ._tensors import to_numpy
 
 
 def _training_batch_norm(eps):
@@ -44,70 +35,26 @@ def _training_batch_norm(eps):
 
 
 class _SyncBatchNormFunction(torch.autograd.Function):
-    """The batch norm of a process group of two or more ranks (one rank trains as the local layers do)."""
+    """The batch norm of a process group of two or more ranks (``_sync``; one rank trains as the local layers do)."""
 
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size,
                 soc):
-        x = _layout.contiguous(input)
-        channels = input.shape[1]
-        if input.numel() > 0:
-            mean, invstd = _stats(x, eps, soc=soc)
-            combined = torch.cat([mean, invstd, torch.full((1,), input.numel() // channels, dtype=F32)])
-        else:
-            combined = torch.zeros(2 * channels + 1, dtype=F32)
-        gathered = [torch.empty_like(combined) for _ in range(world_size)]
-        dist.all_gather(gathered, combined, process_group)
-        combined = torch.stack(gathered)
-        mean_all, invstd_all, count_all = torch.split(combined, channels, dim=1)
-        keep = count_all.squeeze(-1) >= 1  # ranks with an empty batch drop out, as in PyTorch
-        mean_all, invstd_all, count_all = mean_all[keep], invstd_all[keep], count_all[keep]
-        # The counts stay float32 (exact to 2**24 values a rank) whatever the running statistics' dtype: as
-        # float16 a rank's count overflows past 65504 values per channel.
-        mean, invstd = _gather(x, mean_all.contiguous(), invstd_all.contiguous(), running_mean, running_var,
-                               momentum, eps, count_all.reshape(-1), soc=soc)
-        ctx.save_for_backward(input, weight, bias, mean, invstd, count_all.to(torch.int32).reshape(-1))
-        ctx.process_group, ctx.eps, ctx.soc = process_group, eps, soc
-        if input.numel() == 0:
-            return torch.empty_like(input)
-        return _layout.as_output(_elemt(x, _as(weight, mean), _as(bias, mean), mean, invstd, eps, soc=soc), input)
+        output, mean, invstd, counts = _sync.forward(input, weight, bias, running_mean, running_var, eps, momentum,
+                                                     process_group, world_size, soc)
+        ctx.save_for_backward(input, weight, bias, mean, invstd, counts)
+        ctx.process_group, ctx.soc = process_group, soc
+        return output
 
     @staticmethod
     def backward(ctx, grad_output):
-        input, weight, bias, mean, invstd, count = ctx.saved_tensors
-        need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
-        grad_input = grad_weight = grad_bias = None
-        channels = input.shape[1]
-        if input.numel() > 0:
-            x, dy = _layout.contiguous(input), _layout.contiguous(grad_output)
-            sum_dy, sum_dy_xmu, grad_weight, grad_bias = _reduce(
-                dy, x, mean, invstd, _as(weight, mean), need_input, need_weight and weight is not None,
-                need_bias and weight is not None, soc=ctx.soc)
-            if need_input:
-                combined = torch.cat([sum_dy, sum_dy_xmu])
-                dist.all_reduce(combined, dist.ReduceOp.SUM, ctx.process_group)
-                sum_dy, sum_dy_xmu = torch.split(combined, channels)
-                grad_input = _layout.as_input_grad(_elemt_backward(
-                    dy, x, mean, invstd, _as(weight, mean), sum_dy.contiguous(), sum_dy_xmu.contiguous(), count,
-                    soc=ctx.soc), input)
-            grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
-            grad_bias = None if grad_bias is None else grad_bias.to(weight.dtype)
-        elif need_input:
-            # an empty batch still joins the all-reduce its peers wait for; its gradients are zeros (None)
-            dist.all_reduce(torch.zeros(2 * channels, dtype=F32), dist.ReduceOp.SUM, ctx.process_group)
-        grads = (grad_input, grad_weight, grad_bias)
+        input, weight, bias, mean, invstd, counts = ctx.saved_tensors
+        grads = _sync.backward(grad_output, input, weight, mean, invstd, counts, ctx.needs_input_grad[:3],
+                               ctx.process_group, ctx.soc)
         if torch.is_grad_enabled():
             grads = first_order_only(grads, "the synchronized batch norm across processes (torch.nn.SyncBatchNorm's "
                                             "has no double backward either)", (grad_output, input, weight, bias))
         return (*grads, None, None, None, None, None, None, None)
-
-
-def _as(param, like):
-    """A parameter in the statistics' dtype (the CANN ops take one dtype for the per-channel tensors)."""
-    if param is None:
-        return None
-    param = param.detach()
-    return param.to(like.dtype) if param.dtype != like.dtype else param
 
 
 class _BatchNormEvalFunction(torch.autograd.Function):
@@ -116,9 +63,9 @@ class _BatchNormEvalFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, weight, bias, step, x):
-        output, mean, invstd = step.eval_forward(x)
+        output = step.eval_forward(x)[0]
         ctx.save_for_backward(input, weight, bias)
-        ctx.step, ctx.arrays = step, (x, mean, invstd)
+        ctx.step, ctx.x = step, x
         return output_tensor(output, input)
 
     @staticmethod
@@ -132,7 +79,10 @@ class _BatchNormEvalFunction(torch.autograd.Function):
                 (input, weight, bias))
             return (*grads, None, None)
         need = ctx.needs_input_grad
-        x, mean, invstd = ctx.arrays
+        x = ctx.x
+        # the running statistics as they are now, as torch's backward reads its saved buffers: a training step
+        # between this forward and its backward has updated both
+        mean, invstd = step.eval_statistics()
         grad_input, grad_weight, grad_bias = step.eval_backward(
             to_numpy(_layout.contiguous(grad_output)), x, mean, invstd, (need[0], need[1], need[2]))
         if grad_input is not None:
@@ -153,11 +103,12 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
                          bias=bias)
         self.process_group = process_group
         self.soc = soc
+        if process_group is not None:
+            _ops.remember_group(process_group)  # the traced layer names it to the custom operators
 
     _check_input_dim = nn.SyncBatchNorm._check_input_dim
     _check_non_zero_input_channels = nn.SyncBatchNorm._check_non_zero_input_channels
 
-    @torch.compiler.disable
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
         self._check_non_zero_input_channels(input)
@@ -166,7 +117,9 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
             group = self.process_group or dist.group.WORLD
             world_size = dist.get_world_size(group)
         if world_size == 1:  # no collective to join: the local batch norm's path
-            return _local_forward(self, input)
+            return _ops.batch_norm_layer(self, input) if _ops.tracing(input) else _local_forward(self, input)
+        if _ops.tracing(input):  # torch.compile, torch.export: the custom operators
+            return _ops.sync_batch_norm_layer(self, input, group, world_size)
         call = _contract.batch_norm(self, input, synchronized=True)
         factor = _contract.count_batch(self)
         _threads.share_cores(world_size)
@@ -246,7 +199,9 @@ def _local_forward(module, input: torch.Tensor) -> torch.Tensor:
         if call.torch_function:
             return F.batch_norm(input, call.running_mean, call.running_var, weight, bias, call.training, factor,
                                 module.eps)
-        step = _steps.keep(module, key, BatchNormStep(module, input, call))
+        step = BatchNormStep(module, input, call)
+        if key is not None:
+            _steps.keep(module, key, step)
     else:
         factor = step.count_batch()
     x = to_numpy(_layout.contiguous(input))
@@ -271,9 +226,10 @@ class _LocalBatchNorm(nn.modules.batchnorm._BatchNorm):
         super().__init__(*args, **kwargs)
         self.soc = soc
 
-    @torch.compiler.disable
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
+        if _ops.tracing(input):  # torch.compile, torch.export: the custom operators
+            return _ops.batch_norm_layer(self, input)
         return _local_forward(self, input)
 
     def __getstate__(self):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _contract, _layout, _steps
+from . import _contract, _layout, _ops, _steps
 from ._autograd import differentiable_backward
 from ._steps import GroupNormStep, channel_grad, input_grad_tensor
 from ._tensors import to_numpy
@@ -60,8 +60,9 @@ class GroupNorm(nn.GroupNorm):
         super().__init__(num_groups, num_channels, eps, affine, device=device, dtype=dtype, bias=bias)
         self.soc = soc
 
-    @torch.compiler.disable
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if _ops.tracing(input):  # torch.compile, torch.export: the custom operators
+            return _ops.group_norm_layer(self, input)
         parameters = self._parameters
         weight, bias = parameters["weight"], parameters["bias"]
         # under a torch.func transform the tensors may have no storage (and torch's function answers): no key

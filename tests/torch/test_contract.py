@@ -1,6 +1,7 @@
 """The layers keep torch.nn's contract: torch's checks and errors ahead of any kernel, no state changed by a refused
 call, empty and one-value batches, eps, float16 counts, memory formats, double backward, float64, ``bias=``,
-``qconfig``, torch.func and torch.compile, each case against torch.nn on the same input."""
+``qconfig`` and torch.func, each case against torch.nn on the same input (torch.compile and torch.export:
+test_compile.py)."""
 
 import copy
 import subprocess
@@ -206,15 +207,3 @@ def test_torch_func_transforms_get_torchs_answers_and_errors():
         with pytest.raises(RuntimeError, match="attempted to call in-place operation"):
             torch.func.grad(lambda t: layer(t).pow(3).sum())(x[0])  # noqa: B023
     assert torch._C._functorch.peek_interpreter_stack() is None  # the test normkern uses exists in this torch
-
-
-def test_torch_compile_runs_the_layers_eagerly_and_gets_their_answer():
-    for layer in (nt.BatchNorm2d(3), nt.SyncBatchNorm(3), nt.GroupNorm(1, 3)):
-        model = nn.Sequential(nn.Conv2d(2, 3, 3), layer, nn.ReLU())
-        x = torch.randn(4, 2, 8, 8, requires_grad=True)
-        compiled = torch.compile(model)
-        out = compiled(x)
-        out.sum().backward()
-        eager = model.eval()(x)
-        compiled_eval = compiled.eval()(x)
-        assert torch.equal(eager, compiled_eval)
