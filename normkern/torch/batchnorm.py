@@ -136,21 +136,27 @@ class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
         does (``qconfig`` included)."""
         output = module
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            output = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
-                         process_group, bias=module.bias is not None, soc=soc)
-            if module.affine:
-                with torch.no_grad():
-                    output.weight = module.weight
-                    output.bias = module.bias
-            output.running_mean = module.running_mean
-            output.running_var = module.running_var
-            output.num_batches_tracked = module.num_batches_tracked
-            output.training = module.training
-            if hasattr(module, "qconfig"):
-                output.qconfig = module.qconfig
+            output = take_state(cls(module.num_features, module.eps, module.momentum, module.affine,
+                                    module.track_running_stats, process_group, bias=module.bias is not None, soc=soc),
+                                module)
         for name, child in module.named_children():
             output.add_module(name, cls.convert_sync_batchnorm(child, process_group, soc=soc))
         return output
+
+
+def take_state(layer: nn.Module, module: nn.Module) -> nn.Module:
+    """``layer`` holding ``module``'s parameters and buffers (the same tensors), its mode and ``qconfig``."""
+    if module.affine:
+        with torch.no_grad():
+            layer.weight = module.weight
+            layer.bias = module.bias
+    layer.running_mean = module.running_mean
+    layer.running_var = module.running_var
+    layer.num_batches_tracked = module.num_batches_tracked
+    layer.training = module.training
+    if hasattr(module, "qconfig"):
+        layer.qconfig = module.qconfig
+    return layer
 
 
 class _BatchNormTrainFunction(torch.autograd.Function):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .batchnorm import SyncBatchNorm, _LocalBatchNorm
+from .batchnorm import SyncBatchNorm, _LocalBatchNorm, take_state
 
 try:
     from lightning.pytorch.plugins.layer_sync import TorchSyncBatchNorm
@@ -39,17 +39,9 @@ class SyncBatchNormPlugin(TorchSyncBatchNorm):
     def revert(self, model: nn.Module) -> nn.Module:
         converted = model
         if isinstance(model, SyncBatchNorm):
-            converted = _BatchNormXd(model.num_features, model.eps, model.momentum, model.affine,
-                                     model.track_running_stats, bias=model.bias is not None, soc=model.soc)
-            if model.affine:
-                converted.weight = model.weight
-                converted.bias = model.bias
-            converted.running_mean = model.running_mean
-            converted.running_var = model.running_var
-            converted.num_batches_tracked = model.num_batches_tracked
-            converted.training = model.training
-            if hasattr(model, "qconfig"):
-                converted.qconfig = model.qconfig
+            converted = take_state(_BatchNormXd(model.num_features, model.eps, model.momentum, model.affine,
+                                                model.track_running_stats, bias=model.bias is not None, soc=model.soc),
+                                   model)
         for name, child in model.named_children():
             converted.add_module(name, self.revert(child))
         return converted
