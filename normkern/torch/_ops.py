@@ -88,7 +88,7 @@ _STEPS: dict = {}
 def _step(input, weight, bias, running_mean, running_var, training, momentum, eps, soc):
     """A step (``_steps.BatchNormStep``) for this signature and its running statistics, the callers' copied in."""
     held = tuple(None if t is None else (t.dtype, t.shape) for t in (running_mean, running_var))
-    key = (input.shape, input.dtype, training, momentum is None, eps, soc, DETERMINISTIC.get(),
+    key = (input.shape, input.dtype, training, momentum, eps, soc, DETERMINISTIC.get(),
            described((weight, bias)), held)
     found = _STEPS.get(key)
     if found is None:

@@ -276,3 +276,17 @@ def test_fullgraph_compile_across_ranks_gives_the_eager_layers_bits(tmp_path):
     mp.spawn(_ranks_worker, args=(2, str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
     for rank in range(2):
         assert len(torch.load(tmp_path / f"rank{rank}.pt")) == 6
+
+
+@pytest.mark.parametrize("attribute, values", [("momentum", (0.1, 0.5, None)), ("eps", (1e-5, 1e-3))])
+def test_a_changed_hyperparameter_gives_the_eager_layers_bits(attribute, values):
+    """Dynamo guards on the layer's attributes and retraces; the operators bind a step per value."""
+    torch._dynamo.reset()
+    model, eager = nt.BatchNorm2d(3), nt.BatchNorm2d(3)
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    for value in values:
+        setattr(model, attribute, value)
+        setattr(eager, attribute, value)
+        x = torch.randn(4, 3, 5, 5)
+        assert torch.equal(compiled(x), eager(x))
+        _same_state(model, eager)
