@@ -290,3 +290,25 @@ def test_a_changed_hyperparameter_gives_the_eager_layers_bits(attribute, values)
         x = torch.randn(4, 3, 5, 5)
         assert torch.equal(compiled(x), eager(x))
         _same_state(model, eager)
+
+
+@pytest.mark.parametrize("name", ["BatchNorm2d", "SyncBatchNorm", "GroupNorm"])
+def test_inductor_gives_the_bits_of_the_layers_alone(name):
+    """With nothing beside it for inductor to compile, a layer's outputs, gradients and statistics are eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = LAYERS[name]()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    for mode in ("train", "eval"):
+        getattr(model, mode)()
+        getattr(eager, mode)()
+        x = (torch.randn(4, 3, 6, 7) * 2 + 1).contiguous(memory_format=torch.channels_last)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, want = compiled(xa), eager(xb)
+        assert torch.equal(out, want) and out.stride() == want.stride()
+        dy = torch.randn_like(out)
+        out.backward(dy)
+        want.backward(dy)
+        assert torch.equal(xa.grad, xb.grad) and xa.grad.stride() == xb.grad.stride()
+        _same_state(model, eager)
