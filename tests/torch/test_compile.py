@@ -312,3 +312,33 @@ def test_inductor_gives_the_bits_of_the_layers_alone(name):
         want.backward(dy)
         assert torch.equal(xa.grad, xb.grad) and xa.grad.stride() == xb.grad.stride()
         _same_state(model, eager)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_an_eval_output_backpropagated_after_a_training_step_answers_as_torch_nn_under_compile(backend):
+    """Eager Dynamo: both running statistics new, as torch.nn's; AOT backends: torch.nn's compiled graph refuses the
+    buffers modified in place since, and so does normkern's, with the same error."""
+    answers = []
+    for cls in (nn.BatchNorm2d, nt.BatchNorm2d):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        layer = cls(3)
+        with torch.no_grad():
+            layer.running_mean.fill_(0.3)
+            layer.running_var.fill_(2.0)
+        compiled = torch.compile(layer, backend=backend)
+        x = torch.randn(4, 3, 5, 5, requires_grad=True)
+        layer.eval()
+        out = compiled(x)
+        layer.train()
+        compiled(torch.randn(4, 3, 5, 5) * 3 + 1)
+        try:
+            out.pow(2).sum().backward()
+            answers.append(x.grad)
+        except RuntimeError as error:
+            answers.append(str(error).split(":")[0])
+    if isinstance(answers[0], str):
+        refused = "one of the variables needed for gradient computation has been modified by an inplace operation"
+        assert answers[1] == answers[0] == refused
+    else:
+        torch.testing.assert_close(answers[1], answers[0])
