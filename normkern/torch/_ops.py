@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -31,17 +30,14 @@ from torch import Tensor
 
 import tiling
 
-from ..kernels.running import inverse_std
 from ..runtime.settings import DETERMINISTIC
 from . import _contract, _layout, _sync, _threads
 from ._autograd import differentiable_backward
-from ._steps import MAX_STEPS, BatchNormStep, described, output_tensor
+from ._steps import MAX_STEPS, BatchNormStep, channel_grad, described, input_grad_tensor, output_tensor
 from ._tensors import tensor_op, to_numpy, to_tensor
 
 F32 = torch.float32
 _fast_backward = tensor_op("fast_batch_norm_backward")
-_elemt = tensor_op("batch_norm_elemt")
-_reduce = tensor_op("batch_norm_backward_reduce")
 _gn_backward = tensor_op("group_norm_backward")
 
 
@@ -125,7 +121,7 @@ def batch_norm_training(input: Tensor, weight: Tensor | None, bias: Tensor | Non
         factor = 0.0 if num_batches_tracked is None else 1.0 / float(num_batches_tracked)
     step, mine = _step(input, weight, bias, running_mean, running_var, True, momentum, eps, soc)
     output, mean, invstd = step.train_forward(to_numpy(_layout.contiguous(input)), factor)
-    news = tuple(_empty(input) if t is None else t.clone() for t in mine)
+    news = tuple(_copy_or_empty(t, input) for t in mine)
     return output_tensor(output, input), to_tensor(mean).to(F32), to_tensor(invstd).to(F32), *news
 
 
@@ -194,6 +190,8 @@ def _like(grad: Tensor, weight: Tensor | None) -> Tensor:
 
 
 def _empty_grads(input, weight, mask):
+    """An empty batch's gradients (zeros for the parameters); the backward operators' fake kernels give these
+    shapes too."""
     channels = input.shape[1]
     dtype = input.dtype if weight is None else weight.dtype
     return (torch.empty_like(input) if mask[0] else _empty(input),
@@ -202,14 +200,7 @@ def _empty_grads(input, weight, mask):
 
 @batch_norm_training_backward.register_fake
 def _(grad_output, input, weight, mean, invstd, eps, output_mask, soc):
-    return _fake_grads(input, weight, output_mask)
-
-
-def _fake_grads(input, weight, mask):
-    channels = input.shape[1]
-    dtype = input.dtype if weight is None else weight.dtype
-    return (torch.empty_like(input) if mask[0] else _empty(input),
-            *(input.new_empty(channels, dtype=dtype) if m else _empty(input) for m in mask[1:]))
+    return _empty_grads(input, weight, output_mask)
 
 
 @torch.library.custom_op("normkern::batch_norm_inference", mutates_args=())
@@ -262,24 +253,19 @@ def batch_norm_inference_backward(grad_output: Tensor, input: Tensor, weight: Te
     (``batch_norm_elemt`` with a zero mean) and the two sums of ``batch_norm_backward_reduce``."""
     if input.numel() == 0:
         return _empty_grads(input, weight, output_mask)
-    mean = running_mean.detach().to(F32).contiguous()
-    invstd = np.empty(mean.shape[0], np.float32)
-    inverse_std(to_numpy(running_var.detach().to(F32).contiguous()), np.float32(eps), invstd)
-    invstd = torch.from_numpy(invstd)
-    w = None if weight is None else weight.detach().to(F32)
-    dy = _layout.contiguous(grad_output)
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        grad_input = _elemt(dy, w, None, torch.zeros_like(mean), invstd, eps, soc=_soc(soc))
-    if w is not None and (output_mask[1] or output_mask[2]):
-        _, _, grad_weight, grad_bias = _reduce(dy, _layout.contiguous(input), mean, invstd, None, False,
-                                               output_mask[1], output_mask[2], soc=_soc(soc))
-    return _grads((grad_input, grad_weight, grad_bias), input, weight, output_mask)
+    # the eager layer's evaluation backward, on a step bound to the running statistics as they are now
+    step, _ = _step(input, weight, None, running_mean, running_var, False, 0.0, eps, soc)
+    grad_input, grad_weight, grad_bias = step.eval_backward(
+        to_numpy(_layout.contiguous(grad_output)), to_numpy(_layout.contiguous(input)), *step.eval_statistics(),
+        tuple(output_mask))
+    return (input_grad_tensor(grad_input, input) if output_mask[0] else _empty(input),
+            channel_grad(grad_weight, weight) if output_mask[1] else _empty(input),
+            channel_grad(grad_bias, weight) if output_mask[2] else _empty(input))
 
 
 @batch_norm_inference_backward.register_fake
 def _(grad_output, input, weight, running_mean, running_var, eps, output_mask, soc):
-    return _fake_grads(input, weight, output_mask)
+    return _empty_grads(input, weight, output_mask)
 
 
 # --- group norm ---------------------------------------------------------------------------------------------------
@@ -349,7 +335,7 @@ def group_norm_backward(grad_output: Tensor, input: Tensor, mean: Tensor, rstd: 
 
 @group_norm_backward.register_fake
 def _(grad_output, input, mean, rstd, weight, num_groups, output_mask, soc):
-    return _fake_grads(input, weight, output_mask)
+    return _empty_grads(input, weight, output_mask)
 
 
 # --- the synchronized batch norm across ranks ----------------------------------------------------------------------
@@ -450,7 +436,7 @@ def sync_batch_norm_backward(grad_output: Tensor, input: Tensor, weight: Tensor 
 
 @sync_batch_norm_backward.register_fake
 def _(grad_output, input, weight, mean, invstd, counts, output_mask, group, soc):
-    return _fake_grads(input, weight, output_mask)
+    return _empty_grads(input, weight, output_mask)
 
 
 # --- the layers' traced calls -------------------------------------------------------------------------------------
